@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up everything from nothing: a Python 3.12 (or 3.10) virtualenv in .venv with tt-models, its test
+# dependencies and the ttnn mock device installed. Idempotent; safe to run on every test run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python() {
+  local candidates=("${PYTHON:-}" python3.12 python3.10)
+  if command -v pyenv >/dev/null 2>&1; then
+    local root; root=$(pyenv root)
+    candidates+=("$root"/versions/3.12.*/bin/python3.12 "$root"/versions/3.10.*/bin/python3.10)
+  fi
+  for py in "${candidates[@]}"; do
+    [ -n "$py" ] || continue
+    if "$py" -c 'import sys; exit(sys.version_info[:2] not in ((3, 12), (3, 10)))' 2>/dev/null; then
+      echo "$py"; return 0
+    fi
+  done
+  echo "setup: no CPython 3.12 or 3.10 found (ttnn 0.81.1 wheels exist only for those); set PYTHON=" >&2
+  return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+  py=$(find_python)
+  echo "setup: creating .venv with $py"
+  "$py" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+stamp=.venv/.tt-models-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing tt-models and its dependencies into .venv (torch is large; a few minutes the first time)"
+  .venv/bin/python -m pip install --quiet --progress-bar off -e ".[test]"
+  touch "$stamp"
+fi
+.venv/bin/python -m tt_models.runtime.mock install

@@ -1,0 +1,41 @@
+"""Trace capture and replay on the host backend behave as on a TT device."""
+
+import pytest
+import torch
+
+from tt_models.runtime import host as ttnn
+
+
+def test_replay_recomputes_from_the_captured_inputs(host_device):
+    x_host = ttnn.from_torch(torch.full((1, 1, 32, 32), 2.0), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    x = ttnn.to_device(x_host, host_device)
+    w = ttnn.from_torch(torch.eye(32) * 3, dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=host_device)
+
+    trace_id = ttnn.begin_trace_capture(host_device, cq_id=0)
+    y = ttnn.typecast(ttnn.to_layout(x, ttnn.TILE_LAYOUT), ttnn.float32)
+    ttnn.end_trace_capture(host_device, trace_id, cq_id=0)
+    assert torch.all(ttnn.to_torch(y) == 2.0)
+
+    new_input = ttnn.from_torch(torch.full((1, 1, 32, 32), 5.0), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT)
+    ttnn.copy_host_to_device_tensor(new_input, x)
+    ttnn.execute_trace(host_device, trace_id, cq_id=0, blocking=True)
+    assert torch.all(ttnn.to_torch(y) == 5.0), "the captured output tensor holds the replayed result"
+    ttnn.release_trace(host_device, trace_id)
+    with pytest.raises(RuntimeError, match="not captured"):
+        ttnn.execute_trace(host_device, trace_id)
+    del w
+
+
+def test_transfers_are_rejected_during_capture(host_device):
+    x = ttnn.from_torch(torch.ones(1, 1, 32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=host_device)
+    trace_id = ttnn.begin_trace_capture(host_device)
+    try:
+        with pytest.raises(RuntimeError, match="trace capture"):
+            ttnn.to_torch(x)
+        with pytest.raises(RuntimeError, match="trace capture"):
+            ttnn.from_torch(torch.ones(2), device=host_device)
+        with pytest.raises(RuntimeError, match="already in progress"):
+            ttnn.begin_trace_capture(host_device)
+    finally:
+        ttnn.end_trace_capture(host_device, trace_id)
+        ttnn.release_trace(host_device, trace_id)

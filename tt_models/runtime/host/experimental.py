@@ -1,0 +1,1 @@
+"""ttnn.experimental: paged KV-cache ops, attention head reshapes and rotary embedding."""

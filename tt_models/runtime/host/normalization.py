@@ -1,0 +1,3 @@
+"""TODO"""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""ttnn.transformer: scaled dot-product attention (prefill, chunked, decode, paged decode)."""
