@@ -43,7 +43,11 @@ def normalize(value: Any) -> Any:
         return ("enum", value.name)
     if isinstance(value, (list, tuple, set, frozenset)):
         return ("seq", tuple(normalize(v) for v in value))
-    return value
+    if hasattr(value, "num_cores") and callable(value.num_cores):
+        return ("cores", value.num_cores())  # e.g. an empty CoreRangeSet
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return ("object", type(value).__name__)  # a default-constructed config object
 
 
 def _is_nb_enum(value: Any) -> bool:

@@ -32,11 +32,11 @@ def _blocks(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     pad = (-width) % BLOCK
     if pad:
         x = torch.nn.functional.pad(x, (0, pad))
-    return x.reshape(*x.shape[:-1], -1, BLOCK), width
+    return x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK), width
 
 
 def _unblock(q: torch.Tensor, width: int) -> torch.Tensor:
-    return q.reshape(*q.shape[:-2], -1)[..., :width]
+    return q.reshape(*q.shape[:-2], q.shape[-2] * q.shape[-1])[..., :width]
 
 
 def pack_host(x: torch.Tensor, mantissa_bits: int) -> torch.Tensor:

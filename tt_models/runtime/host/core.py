@@ -72,6 +72,8 @@ def from_torch(tensor: torch.Tensor | None, dtype: DataType | None = None, *, sp
     if device is not None:
         _check_not_capturing("from_torch")
     value = quantize(tensor.detach().to(torch.float32 if tensor.is_floating_point() else tensor.dtype), dtype)
+    if value.data_ptr() == tensor.data_ptr():
+        value = value.clone()  # the tensor owns its buffer: in-place ops must not reach the caller's torch tensor
     if device is not None and memory_config is not None and memory_config.is_sharded():
         _check_shard_fits(value.shape, memory_config, layout, "from_torch")
     return Tensor(value, dtype, layout, device, (memory_config or DRAM_MEMORY_CONFIG) if device is not None else None)
@@ -102,12 +104,12 @@ def to_device(tensor: Tensor, device: MeshDevice, memory_config: MemoryConfig | 
     memory_config = memory_config or DRAM_MEMORY_CONFIG
     if memory_config.is_sharded():
         _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_device")
-    return Tensor(tensor.value, tensor.dtype, tensor.layout, device, memory_config)
+    return Tensor(tensor.value.clone(), tensor.dtype, tensor.layout, device, memory_config)
 
 
 def from_device(tensor: Tensor, blocking: bool = True, *, queue_id: object = None) -> Tensor:
     _check_not_capturing("from_device")
-    return Tensor(tensor.value, tensor.dtype, tensor.layout)
+    return tensor.cpu()
 
 
 def to_layout(tensor: Tensor, layout: Layout, dtype: DataType | None = None,
@@ -118,6 +120,8 @@ def to_layout(tensor: Tensor, layout: Layout, dtype: DataType | None = None,
           f"{dtype.name} can only be in TILE layout")
     if tensor.device() is None:
         return Tensor(quantize(tensor.value, dtype), dtype, layout)
+    if dtype == tensor.dtype:
+        return tensor.moved(layout=layout, memory_config=memory_config)
     return tensor.like(tensor.value, dtype=dtype, layout=layout,
                        memory_config=memory_config or tensor.memory_config())
 
@@ -139,7 +143,10 @@ def to_memory_config(tensor: Tensor, memory_config: MemoryConfig, dtype: DataTyp
     _check_on_device(tensor, "to_memory_config")
     if memory_config.is_sharded():
         _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_memory_config")
-    out = tensor.like(tensor.value, dtype=dtype, memory_config=memory_config)
+    if dtype is None or dtype == tensor.dtype:
+        out = tensor.moved(memory_config=memory_config)
+    else:
+        out = tensor.like(tensor.value, dtype=dtype, memory_config=memory_config)
     return _into(output_tensor, out)
 
 
@@ -156,13 +163,18 @@ def sharded_to_interleaved(input_tensor: Tensor, memory_config: MemoryConfig | N
                            output_dtype: DataType | None = None) -> Tensor:
     _check_on_device(input_tensor, "sharded_to_interleaved")
     check(input_tensor.is_sharded(), "sharded_to_interleaved", "the input is not sharded")
-    return input_tensor.like(input_tensor.value, dtype=output_dtype, memory_config=memory_config or DRAM_MEMORY_CONFIG)
+    memory_config = memory_config or DRAM_MEMORY_CONFIG
+    if output_dtype is None or output_dtype == input_tensor.dtype:
+        return input_tensor.moved(memory_config=memory_config)
+    return input_tensor.like(input_tensor.value, dtype=output_dtype, memory_config=memory_config)
 
 
 def clone(input: Tensor, *, dtype: DataType | None = None, memory_config: MemoryConfig | None = None,
           compute_kernel_config: object = None) -> Tensor:
     _check_on_device(input, "clone")
-    return input.like(input.value.clone(), dtype=dtype, memory_config=memory_config or input.memory_config())
+    if dtype is None or dtype == input.dtype:
+        return input.moved(memory_config=memory_config)
+    return input.like(input.value, dtype=dtype, memory_config=memory_config or input.memory_config())
 
 
 def copy_host_to_device_tensor(host_tensor: Tensor, device_tensor: Tensor, cq_id: int | None = None) -> None:
@@ -296,5 +308,6 @@ def _into(output_tensor: Tensor | None, result: Tensor) -> Tensor:
         return result
     check(tuple(output_tensor.shape) == tuple(result.shape), "output_tensor",
           f"preallocated output has shape {list(output_tensor.shape)}, the result {list(result.shape)}")
-    output_tensor.value = quantize(result.value, output_tensor.dtype, device_packer=True)
+    same = result.dtype == output_tensor.dtype
+    output_tensor.value = result.value if same else quantize(result.value, output_tensor.dtype, device_packer=True)
     return output_tensor

@@ -1,13 +1,15 @@
 """Data-movement ops: reshape, permute, transpose, concat, slice, pad, (un)squeeze, repeats.
 
-They move logical values only, so outputs keep the input's values exactly (no re-rounding is visible:
-the packer is idempotent on already-rounded values), layout and dtype.
+They move logical values and keep the input's dtype and layout. bfloat16/float32 values come out
+unchanged; bfloat8_b/bfloat4_b outputs are re-packed (values that land in a new 16-value block share
+its exponent), as the device's packer does.
 """
 
 from __future__ import annotations
 
 import builtins
 import enum
+import math
 from typing import Sequence
 
 import torch
@@ -51,19 +53,15 @@ def reshape(input_tensor: Tensor, shape: Shape | Sequence[int], *, memory_config
             sub_core_grids: CoreRangeSet | None = None, skip_padding_fill: bool = False) -> Tensor:
     _check_on_device(input_tensor, "reshape")
     dims = [int(d) for d in shape]
-    known = 1
-    for d in dims:
-        known *= d if d != -1 else 1
-    check(dims.count(-1) <= 1 and all(d >= 0 or d == -1 for d in dims), "reshape", f"invalid shape {dims}")
+    check(dims.count(-1) <= 1 and all(d >= -1 for d in dims), "reshape", f"invalid shape {dims}")
+    known = math.prod(d for d in dims if d != -1)
     if -1 in dims:
         check(known > 0 and input_tensor.volume() % known == 0, "reshape",
               f"cannot infer -1 in {dims} for volume {input_tensor.volume()}")
         dims[dims.index(-1)] = input_tensor.volume() // known
-    volume = 1
-    for d in dims:
-        volume *= d
-    check(volume == input_tensor.volume(), "reshape",
-          f"shape {dims} has volume {volume}, the input {list(input_tensor.shape)} has {input_tensor.volume()}")
+    check(math.prod(dims) == input_tensor.volume(), "reshape",
+          f"shape {dims} has volume {math.prod(dims)}, the input {list(input_tensor.shape)} has "
+          f"{input_tensor.volume()}")
     return _out(input_tensor, input_tensor.value.reshape(dims), memory_config)
 
 

@@ -67,11 +67,11 @@ class SigmoidMode(enum.Enum):
 
 
 class UnaryWithParam:
-    """An activation with its parameters, e.g. ``UnaryWithParam(UnaryOpType.GELU, 1.0)`` (approximate GELU)."""
+    """An activation with its parameters: ``UnaryWithParam(UnaryOpType.SILU)`` or, with one parameter,
+    ``UnaryWithParam((UnaryOpType.GELU, 1.0))`` (approximate GELU); ttnn's single-argument overloads."""
 
-    def __init__(self, op_type: UnaryOpType | tuple, *params: float) -> None:
-        if isinstance(op_type, tuple):
-            op_type, *params = op_type
+    def __init__(self, arg: UnaryOpType | tuple, /) -> None:
+        op_type, *params = arg if isinstance(arg, tuple) else (arg,)
         self.op_type = op_type
         self.params = [float(p) for p in params]
 
@@ -109,7 +109,7 @@ def activation_function(activation: Activation) -> Callable[[torch.Tensor], torc
     if isinstance(activation, str):
         if activation not in _NAMED:
             raise TTFatal(f"Unknown unary op: {activation}")
-        activation = UnaryWithParam(*_NAMED[activation])
+        activation = UnaryWithParam(_NAMED[activation])
     elif isinstance(activation, UnaryOpType):
         activation = UnaryWithParam(activation)
     if not isinstance(activation, UnaryWithParam):
@@ -160,6 +160,7 @@ def _binary(op: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a
     y = _apply(_operand(b, compute), b_activations)
     values = _apply(fn(x, y), activations)
     ref = tensors[0]
+    dtype = dtype or (output_tensor.dtype if output_tensor is not None else None)
     out = ref.like(values, dtype=dtype, memory_config=memory_config or ref.memory_config())
     return _into(output_tensor, out)
 
@@ -243,7 +244,8 @@ def _unary(op: str, fn: Callable[[torch.Tensor], torch.Tensor], input_tensor: Te
            memory_config: MemoryConfig | None, output_tensor: Tensor | None) -> Tensor:
     _check_on_device(input_tensor, op)
     values = fn(input_tensor.value.to(_compute_dtype(input_tensor)))
-    out = input_tensor.like(values, memory_config=memory_config or input_tensor.memory_config())
+    dtype = output_tensor.dtype if output_tensor is not None else None  # written straight in its dtype
+    out = input_tensor.like(values, dtype=dtype, memory_config=memory_config or input_tensor.memory_config())
     return _into(output_tensor, out)
 
 
@@ -259,7 +261,7 @@ def exp(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memory
 
 def gelu(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memory_config: MemoryConfig | None = None,
          output_tensor: Tensor | None = None, sub_core_grids: CoreRangeSet | None = None) -> Tensor:
-    fn = activation_function(UnaryWithParam(UnaryOpType.GELU, float(fast_and_approximate_mode)))
+    fn = activation_function(UnaryWithParam((UnaryOpType.GELU, float(fast_and_approximate_mode))))
     return _unary("gelu", fn, input_tensor, memory_config, output_tensor)
 
 

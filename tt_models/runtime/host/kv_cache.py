@@ -45,7 +45,8 @@ def update_cache(cache: Tensor, input: Tensor, update_idx: int, *, batch_offset:
     check(input.shape[1] == cache.shape[1] and input.shape[3] == cache.shape[3], op,
           f"input {list(input.shape)} and cache {list(cache.shape)} differ in heads or head dim")
     users = cache.shape[0]
-    check(0 <= update_idx < cache.shape[2], op, f"update_idx {update_idx} is outside the cache seq_len {cache.shape[2]}")
+    check(0 <= update_idx < cache.shape[2], op,
+          f"update_idx {update_idx} is outside the cache seq_len {cache.shape[2]}")
     check(batch_offset == 0 or users < TILE_SIZE, op, "batch_offset must be 0 when the cache batch is >= 32")
     check(batch_offset + users <= input.padded_shape[2], op,
           f"batch_offset {batch_offset} + cache batch {users} exceeds the input's {input.padded_shape[2]} user rows")

@@ -140,6 +140,7 @@ def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: boo
     if fused is not None or activation is not None:
         out = activation_function(fused if fused is not None else activation)(out)
     out = out.reshape(out.shape[out.dim() - x.dim():])  # the dims dropped here are all 1: rank of a, as ttnn
+    dtype = dtype or (optional_output_tensor.dtype if optional_output_tensor is not None else None)
     result = a.like(out, dtype=dtype, layout=Layout.TILE, memory_config=memory_config or DRAM_MEMORY_CONFIG)
     return _into(optional_output_tensor, result)
 

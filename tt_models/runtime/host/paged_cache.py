@@ -31,7 +31,8 @@ def check_page_table(page_table: Tensor, op: str, batch: int) -> torch.Tensor:
     want = DataType.UINT16 if page_table.is_sharded() else DataType.INT32
     check(page_table.dtype == want, op, f"Expect page table to have datatype {want.name}, got {page_table.dtype.name}")
     check(page_table.layout == Layout.ROW_MAJOR, op, "Expect page table to have memory layout in ROW MAJOR")
-    check(len(page_table.shape) == 2, op, f"page table must be [batch, max_blocks_per_seq], got {list(page_table.shape)}")
+    check(len(page_table.shape) == 2, op,
+          f"page table must be [batch, max_blocks_per_seq], got {list(page_table.shape)}")
     check(page_table.shape[0] == batch, op,
           f"Batch size between page_table ({page_table.shape[0]}) and input ({batch}) must match")
     return page_table.value.to(torch.int64)
@@ -40,15 +41,16 @@ def check_page_table(page_table: Tensor, op: str, batch: int) -> torch.Tensor:
 def check_blocks(blocks: torch.Tensor, num_blocks: int, op: str) -> None:
     """Every page-table entry the op dereferences must name a physical block."""
     bad = (blocks < 0) | (blocks >= num_blocks)
-    check(not bool(bad.any()), op,
-          f"page table entry {int(blocks[bad][0])} used by the op is outside [0, {num_blocks})")
+    if bool(bad.any()):
+        check(False, op, f"page table entry {int(blocks[bad][0])} used by the op is outside [0, {num_blocks})")
 
 
 def gather_pages(cache: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """``[P, H, bs, D]`` pages read through a ``[B, n]`` table -> contiguous ``[B, H, n*bs, D]``."""
+    """``[P, H, bs, D]`` pages read through a ``[B, n]`` table -> a new contiguous ``[B, H, n*bs, D]``."""
     batch, n = table.shape
     _, heads, bs, dim = cache.shape
-    return cache[table].permute(0, 2, 1, 3, 4).reshape(batch, heads, n * bs, dim)
+    # Indexing blocks and heads together lands the result in [B, H, n, bs, D] order in one pass.
+    return cache[table[:, None, :], torch.arange(heads)[None, :, None]].view(batch, heads, n * bs, dim)
 
 
 def fp32_dest(compute_kernel_config: WormholeComputeKernelConfig | None) -> bool:
@@ -64,6 +66,8 @@ def write_rows(cache: torch.Tensor, dtype: DataType, blk: torch.Tensor, off: tor
     bfp tile survive the re-pack unchanged; an FP32 cache without fp32 dest has its whole tile rounded to bf16.
     Users processed later win when two users write the same row (``share_cache``).
     """
+    if len(blk) == 0:  # every user skipped (bfp._blocks cannot reshape an empty tensor)
+        return
     keys = blk * cache.shape[2] + off
     uniq, inverse = torch.unique(keys, return_inverse=True)
     if len(uniq) != len(keys):
@@ -86,6 +90,9 @@ def paged_view(cache: Tensor, num_heads: int, block_size: int, head_dim: int, op
           f"block_size={block_size}, head_dim={head_dim}).")
     check(block_size % TILE_SIZE == 0, op,
           f"effective block_size ({block_size}) must be a multiple of TILE_HEIGHT ({TILE_SIZE})")
+    if head_dim == d:  # keep the cache's logical head dim (D % 32 != 0 is tile padding)
+        return cache.value.view(p, num_heads, block_size, cache.shape[3])
+    check(cache.shape[3] == d, op, f"a head_dim override needs a tile-aligned cache head dim, got {cache.shape[3]}")
     return cache.value.view(p, num_heads, block_size, head_dim)
 
 
@@ -170,7 +177,8 @@ def paged_fused_update_cache(cache_tensor1: Tensor, input_tensor1: Tensor, cache
     grid1 = input_tensor1.memory_config().shard_spec.grid
     grid2 = input_tensor2.memory_config().shard_spec.grid
     check(not grid1.intersects(grid2), op, "input_tensor1 and input_tensor2 must not have overlapping shard grids")
-    check(grid1.num_cores() == grid2.num_cores(), op, "input_tensor1 and input_tensor2 must use the same number of cores")
+    check(grid1.num_cores() == grid2.num_cores(), op,
+          "input_tensor1 and input_tensor2 must use the same number of cores")
     # The fused kernel validates both halves before writing either.
     args = (update_idxs, update_idxs_tensor, share_cache, page_table, batch_offset, compute_kernel_config,
             None, None, None, op)
@@ -218,7 +226,8 @@ def _update(cache_tensor: Tensor, input_tensor: Tensor, update_idxs: list[int], 
         cache = cache_tensor.value
         heads = cache.shape[1]
         check(dim == cache.shape[-1], op,
-              f"Last dim of input tensor ({dim}) must match last dim of cache tensor ({cache.shape[-1]}) in non-paged mode")
+              f"Last dim of input tensor ({dim}) must match last dim of cache tensor ({cache.shape[-1]}) in "
+              "non-paged mode")
         if share_cache:
             check(cache.shape[0] == 1, op, "Share cache feature expects cache tensor to have batch of 1")
         else:
@@ -275,10 +284,12 @@ def paged_fill_cache(cache_tensor: Tensor, input_tensor: Tensor, page_table: Ten
         raise unsupported(op, "cache_position_modulo / valid_seq_len_tensor (ring-buffer fill)")
     table = page_table.value.to(torch.int64).reshape(page_table.shape[0], -1)
     check(batch_idx < table.shape[0], op, "Batch idx must be within the page_table batch size")
-    n_in, heads, seq, dim = input_tensor.shape
+    n_in, heads, seq, _ = input_tensor.shape
     bs = block_size if block_size is not None else cache_tensor.padded_shape[2]
     cache = paged_view(cache_tensor, heads, bs, input_tensor.padded_shape[-1], op)
-    check(dim % TILE_SIZE == 0, op, f"input_tensor last dim ({dim}) must be a multiple of TILE_WIDTH ({TILE_SIZE})")
+    padded_dim = input_tensor.padded_shape[-1]
+    check(padded_dim % TILE_SIZE == 0, op,
+          f"input_tensor last dim ({padded_dim}) must be a multiple of TILE_WIDTH ({TILE_SIZE})")
     padded_seq = input_tensor.padded_shape[2]
     check(padded_seq <= bs * table.shape[1], op,
           f"Input seq_len ({padded_seq}) must fit in max_num_blocks_per_seq ({table.shape[1]}) * block_size ({bs})")
@@ -291,7 +302,8 @@ def paged_fill_cache(cache_tensor: Tensor, input_tensor: Tensor, page_table: Ten
         check(not t.is_sharded(), op, "Batch idx tensor must have INTERLEAVED memory layout")
         check(t.memory_config().buffer_type == BufferType.DRAM, op, "Batch idx tensor must be DRAM-resident")
         rows = t.value.reshape(-1).to(torch.int64)
-        check(bool(((rows >= 0) & (rows < table.shape[0])).all()), op, "Batch idx must be within the page_table batch size")
+        check(bool(((rows >= 0) & (rows < table.shape[0])).all()), op,
+              "Batch idx must be within the page_table batch size")
     else:
         check(n_in == 1, op, f"input batch {n_in} > 1 needs batch_idx_tensor")
         rows = torch.tensor([batch_idx])

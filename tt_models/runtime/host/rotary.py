@@ -38,7 +38,8 @@ def rotary_embedding_llama(input_tensor: Tensor, cos_cache: Tensor, sin_cache: T
         for name, t in (("input", input_tensor), ("cos", cos_cache), ("sin", sin_cache)):
             check(t.is_sharded() and t.memory_config().memory_layout == TensorMemoryLayout.HEIGHT_SHARDED, op,
                   f"decode mode needs a height-sharded {name}")
-        check(cos_cache.shape[1] == x.shape[1], op, f"cos batch {cos_cache.shape[1]} must equal the input batch {x.shape[1]}")
+        check(cos_cache.shape[1] == x.shape[1], op,
+              f"cos batch {cos_cache.shape[1]} must equal the input batch {x.shape[1]}")
         cos, sin = cos_cache.value[:, :, :1, :], sin_cache.value[:, :, :1, :]
     else:
         check(not input_tensor.is_sharded(), op, "prefill mode needs an interleaved input")

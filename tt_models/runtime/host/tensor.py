@@ -127,10 +127,11 @@ class Tensor:
         self.value = None
 
     def cpu(self, blocking: bool = True) -> "Tensor":
-        return Tensor(self.value, self.dtype, self.layout)
+        return Tensor(self.value.clone(), self.dtype, self.layout)
 
     def to_torch(self) -> torch.Tensor:
-        return self.value.to(TORCH_DTYPE[self.dtype])
+        """A copy of the values (the device buffer stays private, as on hardware)."""
+        return self.value.to(TORCH_DTYPE[self.dtype], copy=True)
 
     def __repr__(self) -> str:
         place = "host" if self._device is None else "device"
@@ -153,3 +154,8 @@ class Tensor:
         if self._device is not None and memory_config is None:
             memory_config = DRAM_MEMORY_CONFIG
         return Tensor(quantize(values, dtype, device_packer=True), dtype, layout, self._device, memory_config)
+
+    def moved(self, *, layout: Layout | None = None, memory_config: MemoryConfig | None = None) -> "Tensor":
+        """A copy with the same values and dtype in another layout or memory config (no re-packing)."""
+        return Tensor(self.value.clone(), self.dtype, self.layout if layout is None else layout, self._device,
+                      memory_config or self._memory_config)

@@ -1,0 +1,428 @@
+"""Scaled dot-product attention (``ttnn.transformer.*``): prefill, chunked prefill over a paged cache, and
+(paged) decode.
+
+Everything is computed in fp32 with torch's SDPA (GQA by grouping query heads, which is repeat_interleave of the
+KV heads) and the output rounded to Q's dtype. Math fidelity and approximate exp are not emulated. Masks follow
+the goldens: an additive mask is added to the scaled logits (the kernels add it before the scale, so only 0/-inf
+masks agree on every path).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .errors import check, unsupported
+from .paged_cache import check_blocks, check_page_table, gather_pages, paged_view
+from .tensor import Tensor
+from .types import (
+    DRAM_MEMORY_CONFIG, TILE_SIZE, BufferType, DataType, Layout, MemoryConfig, SDPAProgramConfig,
+    TensorMemoryLayout, WormholeComputeKernelConfig,
+)
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "chunked_scaled_dot_product_attention",
+    "scaled_dot_product_attention_decode",
+    "paged_scaled_dot_product_attention_decode",
+]
+
+SDPA_DTYPES = (DataType.BFLOAT16, DataType.BFLOAT8_B, DataType.BFLOAT4_B)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, *, keep: torch.Tensor | None = None,
+            bias: torch.Tensor | None = None, sink: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+    """``softmax(scale * q kᵀ + bias)`` over the keys in ``keep``, times v.
+
+    q ``[B, NH, Sq, D]``; k, v ``[B, NKV, L, D]``; keep (bool) and bias broadcast to ``[B, NH, Sq, L]``;
+    ``causal`` (with no keep/bias/sink) is the plain lower-triangular mask; sink ``[NH]`` is one extra logit per
+    head whose value row is zero.
+    """
+    if sink is not None:
+        batch, heads, sq, length = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
+        logits = torch.zeros(1, 1, 1, length) if bias is None else bias
+        if keep is not None:
+            logits = torch.where(keep, logits, float("-inf"))
+        sink_col = (scale * sink).reshape(1, heads, 1, 1).expand(batch, heads, sq, 1)
+        bias, keep = torch.cat([logits.expand(batch, heads, sq, length), sink_col], dim=-1), None
+    mask = keep if bias is None else (bias if keep is None else torch.where(keep, bias, float("-inf")))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale,
+                                          enable_gqa=True)
+
+
+def _check_chunks(program_config: SDPAProgramConfig | None, op: str) -> None:
+    if program_config is not None:
+        for name in ("q_chunk_size", "k_chunk_size"):
+            size = getattr(program_config, name)
+            check(size % TILE_SIZE == 0, op, f"{name} must be a multiple of {TILE_SIZE}, got {size}")
+
+
+def _check_prefill_operands(op: str, *tensors: Tensor) -> None:
+    for t in tensors:
+        check(t.device() is not None, op, "Operands to SDPA need to be on device!")
+        check(t.layout == Layout.TILE, op, "Inputs to SDPA must be tilized")
+        check(t.dtype in SDPA_DTYPES, op, f"Unsupported data type {t.dtype.name} (BFLOAT16, BFLOAT8_B, BFLOAT4_B)")
+        check(not t.is_sharded(), op, "Operands to SDPA need to be interleaved, not sharded")
+        check(len(t.shape) == 4, op, f"SDPA operands are rank 4, got {list(t.shape)}")
+
+
+def _sink_logits(attention_sink: Tensor | None, heads: int, op: str) -> torch.Tensor | None:
+    """One logit per Q head, from column 0 of a ``[NH (padded), 32]`` BF16 tile."""
+    if attention_sink is None:
+        return None
+    check(len(attention_sink.shape) == 2, op, "Attention sink must have 2 dimensions")
+    check(attention_sink.padded_shape[1] == TILE_SIZE, op, "Attention sink must be a single tile wide")
+    check(attention_sink.shape[0] >= heads, op, f"Attention sink has {attention_sink.shape[0]} rows for {heads} heads")
+    check(attention_sink.dtype == DataType.BFLOAT16, op, "Attention sink must by a BF16 tensor")
+    check(attention_sink.layout == Layout.TILE, op, "Attention sink must be in TILE layout")
+    return attention_sink.float()[:heads, 0]
+
+
+def _window_keep(q_pos: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
+    """Causal visibility ``[Sq, L]`` for queries at absolute positions ``q_pos``."""
+    j = torch.arange(length)
+    keep = j <= q_pos[:, None]
+    if window is not None:
+        keep &= j > q_pos[:, None] - window
+    return keep
+
+
+# --- prefill -------------------------------------------------------------------------------------
+
+def scaled_dot_product_attention(input_tensor_q: Tensor, input_tensor_k: Tensor, input_tensor_v: Tensor, *,
+                                 attn_mask: Tensor | None = None, is_causal: bool = True, scale: float | None = None,
+                                 sliding_window_size: int | None = None, memory_config: MemoryConfig | None = None,
+                                 program_config: SDPAProgramConfig | None = None,
+                                 compute_kernel_config: WormholeComputeKernelConfig | None = None,
+                                 attention_sink: Tensor | None = None, cu_window_seqlens: Tensor | None = None,
+                                 windowed_q_token_offset: int = 0,
+                                 windowed_q_token_offset_tensor: Tensor | None = None,
+                                 output_concat_heads: bool = False,
+                                 attn_mask_block_map: Tensor | None = None) -> Tensor:
+    op = "scaled_dot_product_attention"
+    if (cu_window_seqlens is not None or windowed_q_token_offset != 0 or windowed_q_token_offset_tensor is not None
+            or attn_mask_block_map is not None):
+        raise unsupported(op, "windowed attention (cu_window_seqlens / windowed_q_token_offset / attn_mask_block_map)")
+    q, k, v = input_tensor_q, input_tensor_k, input_tensor_v
+    _check_prefill_operands(op, q, k, v)
+    batch, heads, sq, dim = q.shape
+    _, kv_heads, sk, _ = k.shape
+    check(tuple(k.shape) == tuple(v.shape), op, f"K {list(k.shape)} and V {list(v.shape)} must have the same shape")
+    check(k.shape[0] == batch and k.shape[3] == dim, op,
+          f"Q {list(q.shape)} and K {list(k.shape)} differ in batch or D")
+    check(dim % TILE_SIZE == 0, op,
+          f"head_dim {dim} must be a multiple of {TILE_SIZE} (only sequence dims may be padded)")
+    check(heads % kv_heads == 0, op, f"GQA expects Q to have a multiple of K heads, but got {heads} and {kv_heads}")
+    _check_chunks(program_config, op)
+    if is_causal:
+        check(attn_mask is None, op, "attn_mask must be None when is_causal is True")
+        check(sq == sk, op, f"Causal SDPA requires Q and K to have the same sequence length, got {sq} and {sk}")
+    check(attn_mask is None or sliding_window_size is None, op, "attn_mask cannot be combined with sliding_window_size")
+    bias = None
+    if attn_mask is not None:
+        m = attn_mask
+        check(m.layout == Layout.TILE and m.dtype in SDPA_DTYPES, op, "attn_mask must be TILE BF16/BFP8_B/BFP4_B")
+        check(len(m.shape) == 4 and m.shape[0] in (1, batch) and m.shape[1] in (1, heads)
+              and tuple(m.shape[2:]) == (sq, sk), op,
+              f"attn_mask must be [{batch}|1, {heads}|1, {sq}, {sk}], got {list(m.shape)}")
+        bias = m.float()
+    keep = None
+    if sliding_window_size is not None:
+        # Causal: the last W keys up to the query; non-causal: keys within W//2 either side, with the
+        # queries aligned to the end of the keys (as the golden places them when Sq != Sk).
+        i, j = torch.arange(sq)[:, None] + max(0, sk - sq), torch.arange(sk)
+        keep = _window_keep(torch.arange(sq), sk, sliding_window_size) if is_causal else \
+            (j - i).abs() <= sliding_window_size // 2
+    sink = _sink_logits(attention_sink, heads, op)
+    if is_causal and sink is not None and keep is None:
+        keep = _window_keep(torch.arange(sq), sk, None)
+    scale = dim ** -0.5 if scale is None else scale
+    out = _attend(q.float(), k.float(), v.float(), scale, keep=keep, bias=bias, sink=sink, causal=is_causal)
+    if output_concat_heads:
+        out = out.transpose(1, 2).reshape(batch, 1, sq, heads * dim)
+    return q.like(out, memory_config=memory_config or DRAM_MEMORY_CONFIG)
+
+
+def chunked_scaled_dot_product_attention(input_tensor_q: Tensor, input_tensor_k: Tensor, input_tensor_v: Tensor,
+                                         page_table_tensor: Tensor, chunk_start_idx: int | None = None, *,
+                                         chunk_start_idx_tensor: Tensor | None = None, scale: float | None = None,
+                                         memory_config: MemoryConfig | None = None,
+                                         program_config: SDPAProgramConfig | None = None,
+                                         compute_kernel_config: WormholeComputeKernelConfig | None = None,
+                                         paged_cache_geometry: object = None, sliding_window_size: int | None = None,
+                                         attention_sink: Tensor | None = None) -> Tensor:
+    op = "chunked_scaled_dot_product_attention"
+    q = input_tensor_q
+    _check_prefill_operands(op, q, input_tensor_k, input_tensor_v)
+    batch, heads, sq, dim = q.shape
+    check((chunk_start_idx is None) != (chunk_start_idx_tensor is None), op,
+          "Exactly one of chunk_start_idx or chunk_start_idx_tensor must be provided")
+    if chunk_start_idx_tensor is not None:
+        t = chunk_start_idx_tensor
+        check(t.dtype == DataType.INT32 and tuple(t.shape) == (1,) and t.device() is not None, op,
+              "chunk_start_idx_tensor must be an INT32 device tensor of shape [1]")
+        start = int(t.value[0])
+    else:
+        start = chunk_start_idx
+        if program_config is not None:
+            for name in ("q_chunk_size", "k_chunk_size"):
+                size = getattr(program_config, name)
+                check(start % size == 0, op, f"chunk_start_idx ({start}) must be a multiple of {name} ({size})")
+    check(start >= 0, op, f"chunk_start_idx must be >= 0, got {start}")
+    _check_chunks(program_config, op)
+    k, v = (_cache_view(c, paged_cache_geometry, dim, op) for c in (input_tensor_k, input_tensor_v))
+    check(k.shape == v.shape, op, "K and V must have the same block size and heads")
+    check(heads % k.shape[1] == 0, op, f"GQA expects Q to have a multiple of K heads, but got {heads} and {k.shape[1]}")
+    check(k.shape[3] == dim, op, f"Q head_dim {dim} and cache head_dim {k.shape[3]} differ")
+    table = check_page_table(page_table_tensor, op, batch)
+    bs = k.shape[2]
+    check(table.shape[1] * bs >= start + sq, op,
+          f"kv_len {table.shape[1] * bs} (page table blocks * block_size) must be >= chunk_start_idx + Sq "
+          f"({start + sq})")
+    length = start + sq
+    n = -(-length // bs)
+    check_blocks(table[:, :n], k.shape[0], op)
+    keys, values = (gather_pages(c, table[:, :n])[:, :, :length] for c in (k, v))
+    sink = _sink_logits(attention_sink, heads, op)
+    # The first chunk without window or sink is the plain causal square: let torch use its flash kernel.
+    plain = start == 0 and sliding_window_size is None and sink is None
+    keep = None if plain else _window_keep(torch.arange(start, start + sq), length, sliding_window_size)
+    scale = dim ** -0.5 if scale is None else scale
+    out = _attend(q.float(), keys, values, scale, keep=keep, sink=sink, causal=plain)
+    return q.like(out, memory_config=memory_config or DRAM_MEMORY_CONFIG)
+
+
+def _cache_view(cache: Tensor, geometry: object, head_dim: int, op: str) -> torch.Tensor:
+    """The paged cache values, seen through a ``PagedCacheGeometryOverride`` when one is given."""
+    if geometry is None or (geometry.block_size == 0 and geometry.num_kv_heads == 0):
+        return cache.value
+    return paged_view(cache, geometry.num_kv_heads, geometry.block_size, head_dim, op)
+
+
+# --- decode --------------------------------------------------------------------------------------
+
+def _decode_chunk(k_len: int, program_config: SDPAProgramConfig | None, paged: bool, op: str) -> int:
+    """The K chunk size the host wrapper picks (it only matters for validation here)."""
+    if program_config is not None and program_config.k_chunk_size > 0:
+        chunk = program_config.k_chunk_size
+        check(chunk & (chunk - 1) == 0, op, f"User provided k_chunk_size must be power of 2, got: {chunk}")
+        check(chunk % 32 == 0, op, f"User provided k_chunk_size must be multiple of 32, got: {chunk}")
+        return chunk
+    if paged:
+        return 0  # the kernel picks
+    i = 1  # largest power-of-2 divisor of S, at most 512
+    while i < k_len and k_len % (1 << (i + 1)) == 0:
+        i += 1
+    chunk = min(512, 1 << i)
+    check(chunk % 32 == 0, op,
+          f"Chunk size must be multiple of 32, but the maximum calculated k_chunk_size is: {chunk}")
+    return chunk
+
+
+def _check_decode_operands(q: Tensor, k: Tensor, v: Tensor, memory_config: MemoryConfig | None, op: str) -> None:
+    for t in (q, k, v):
+        check(t.device() is not None, op, "Operands to SDPA need to be on device!")
+        check(t.dtype in SDPA_DTYPES, op, f"Unsupported data type {t.dtype.name}.")
+    for t in (k, v):
+        check(t.layout == Layout.TILE, op, "Inputs to SDPA must be tilized except for Q")
+        check(not t.is_sharded() and t.memory_config().buffer_type == BufferType.DRAM, op,
+              "K and V must be DRAM interleaved")
+    qmc = q.memory_config()
+    if q.is_sharded():
+        check(qmc.memory_layout == TensorMemoryLayout.HEIGHT_SHARDED, op,
+              f"Q tensor memory layout must be HEIGHT_SHARDED when sharded but got {qmc.memory_layout.name}")
+    else:
+        check(qmc.buffer_type == BufferType.DRAM, op,
+              f"Q tensor buffer type must be DRAM when not sharded but got {qmc.buffer_type.name}")
+    if memory_config is not None and memory_config.is_sharded():
+        check(memory_config.memory_layout == TensorMemoryLayout.HEIGHT_SHARDED, op,
+              "Output memory config layout must be HEIGHT_SHARDED when sharded")
+    check(len(q.shape) == 4 and q.shape[0] == 1, op, f"Q must be [1, B, NH, D], got {list(q.shape)}")
+    check(k.shape[1] == v.shape[1], op,
+          f"Flash decode expects K and V to have same number of heads, but got {k.shape[1]} and {v.shape[1]}")
+    if k.shape[1] > 1:
+        check(not (memory_config is not None and memory_config.is_sharded()), op,
+              "Sharded output not supported for GQA")
+        check(q.dtype == DataType.BFLOAT16, op, f"GQA expects BFLOAT16 input tensor, but got {q.dtype.name}")
+        check(q.shape[2] % k.shape[1] == 0, op,
+              f"GQA expects Q to have a multiple of K heads, but got {q.shape[2]} and {k.shape[1]}")
+
+
+def _check_cur_pos(cur_pos_tensor: Tensor, batch: int, op: str) -> torch.Tensor:
+    t = cur_pos_tensor
+    check(t.dtype == DataType.INT32, op, f"Expect cur_pos to be INT32, got {t.dtype.name}")
+    check(t.layout == Layout.ROW_MAJOR, op, f"Expect cur_pos to be ROW_MAJOR, got {t.layout.name}")
+    pos = t.value.reshape(-1).to(torch.int64)
+    check(len(pos) == batch, op, f"cur_pos must have batch size equal to Q, got {len(pos)} and {batch}")
+    return pos
+
+
+def _decode_bias(attn_mask: Tensor | None, batch: int, heads: int, length: int, chunk: int,
+                 op: str) -> torch.Tensor | None:
+    """An additive ``[1|B, NH, 1, L]`` bias from a decode mask ``[.., B|1, NH, L]`` (leading dims flattened)."""
+    if attn_mask is None:
+        return None
+    m = attn_mask
+    check(m.dtype in SDPA_DTYPES, op, f"Unsupported data type for mask tensor: {m.dtype.name}.")
+    check(m.shape[-2] == heads, op, f"Expect same number of heads in mask as in Q, got {m.shape[-2]} and {heads}")
+    check(chunk > 0, op, "Must provide k_chunk_size if using attention mask!")
+    check(m.padded_shape[-1] % chunk == 0, op,
+          f"Mask sequence length must be multiple of chunk size, got: {m.padded_shape[-1]} and {chunk}")
+    # The reader strides the mask rows by the K length, so any other length reads the wrong keys.
+    check(m.shape[-1] == length, op, f"Expect same sequence length in mask as in K, got {m.shape[-1]} and {length}")
+    values = m.float().reshape(-1, heads, length)
+    check(values.shape[0] in (1, batch), op, f"mask batch {values.shape[0]} must be 1 or {batch}")
+    return values[:, :, None, :]
+
+
+def _decode(q: Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, bias: torch.Tensor | None,
+            active: torch.Tensor, scale: float | None, sink: torch.Tensor | None,
+            memory_config: MemoryConfig | None, owned: bool) -> Tensor:
+    """Attention of Q ``[1, B, NH, D]`` over per-user keys ``[B, NKV, L, D]`` restricted to ``keep [B, L]``.
+
+    Decode is memory bound, so K and V are read once each, by two batched matmuls with the query heads of a
+    KV head grouped together (no repeat of K/V). ``owned``: keys/values are a gathered copy we may modify.
+    """
+    batch, heads, dim = q.shape[1], q.shape[2], q.shape[3]
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    # Rows outside keep may hold anything (stale or NaN rows of a partly written block): 0 * NaN would leak.
+    if owned:
+        values.transpose(1, 2)[~keep] = 0.0
+    elif not bool(keep.all()):
+        values = values.masked_fill(~keep[:, None, :, None], 0.0)
+    scale = dim ** -0.5 if scale is None else scale
+    query = q.float()[0].reshape(batch, kv_heads, heads // kv_heads, dim)
+    logits = (query @ keys.transpose(-1, -2)).reshape(batch, heads, length) * scale
+    if bias is not None:
+        logits = logits + bias[:, :, 0, :]
+    logits = logits.masked_fill(~keep[:, None, :], float("-inf"))
+    if sink is not None:  # one extra logit per head whose value row is zero
+        logits = torch.cat([logits, (scale * sink).reshape(1, heads, 1).expand(batch, heads, 1)], dim=-1)
+    probs = torch.softmax(logits, dim=-1)[..., :length].reshape(batch, kv_heads, heads // kv_heads, length)
+    out = (probs @ values).reshape(batch, heads, dim)
+    out = out.masked_fill(~active[:, None, None], 0.0)  # skipped users: rows not written (golden: 0)
+    return q.like(out[None], memory_config=memory_config or DRAM_MEMORY_CONFIG)
+
+
+def _causal_keep(pos: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
+    """Keys ``[max(0, pos+1-W), pos]`` per user (none for pos == -1), over ``length`` slots."""
+    j = torch.arange(length)
+    lo = (pos + 1 - window).clamp(min=0) if window is not None else torch.zeros_like(pos)
+    return (j >= lo[:, None]) & (j <= pos[:, None])
+
+
+def scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tensor_k: Tensor, input_tensor_v: Tensor, *,
+                                        is_causal: bool = True, attn_mask: Tensor | None = None,
+                                        cur_pos: list[int] = [], cur_pos_tensor: Tensor | None = None,
+                                        attention_sink: Tensor | None = None, scale: float | None = None,
+                                        sliding_window_size: int | None = None,
+                                        memory_config: MemoryConfig | None = None,
+                                        program_config: SDPAProgramConfig | None = None,
+                                        compute_kernel_config: WormholeComputeKernelConfig | None = None,
+                                        share_cache: bool | None = None) -> Tensor:
+    op = "scaled_dot_product_attention_decode"
+    q, k, v = input_tensor_q, input_tensor_k, input_tensor_v
+    _check_decode_operands(q, k, v, memory_config, op)
+    _, batch, heads, dim = q.shape
+    seq = k.shape[2]
+    chunk = _decode_chunk(seq, program_config, False, op)
+    check(k.shape[2] == v.shape[2], op,
+          f"K and V tensors must have the same sequence length. K: {k.shape[2]}, V: {v.shape[2]}")
+    check(k.shape[3] == dim and v.shape[3] == dim, op, "K and V hidden dimension must equal Q hidden dimension")
+    if share_cache:
+        check(k.shape[0] == 1 and v.shape[0] == 1, op,
+              f"Share cache expects K to have batch size of 1, but got {k.shape[0]}")
+    else:
+        check(k.shape[0] == batch and v.shape[0] == batch, op,
+              f"K tensor batch size ({k.shape[0]}) must equal B ({batch})")
+    check(k.padded_shape[2] % chunk == 0, op,
+          f"K sequence length must be multiple of chunk size, got: {k.padded_shape[2]} and {chunk}")
+    check(not (is_causal and attn_mask is not None), op, "Must not have attn_mask tensor for causal attention")
+    keys, values = (t.value.expand(batch, -1, -1, -1) for t in (k, v))
+    if is_causal:
+        check(len(cur_pos) > 0 or cur_pos_tensor is not None, op, "causal decode needs cur_pos or cur_pos_tensor")
+        if cur_pos_tensor is not None:
+            pos = _check_cur_pos(cur_pos_tensor, batch, op)
+        else:
+            pos = torch.tensor(list(cur_pos), dtype=torch.int64)
+            check(len(pos) == batch and bool((pos >= 0).all()), op, f"cur_pos must hold {batch} non-negative positions")
+        check(bool((pos < seq).all()), op, "cur_pos must be <= K sequence dim")
+        length = max(int(pos.max()) + 1, 1)
+        keep = _causal_keep(pos, length, sliding_window_size)
+        keys, values = keys[:, :, :length], values[:, :, :length]
+        bias = None
+    else:
+        if sliding_window_size is not None:
+            raise unsupported(op, "sliding_window_size with is_causal=False")
+        pos = torch.zeros(batch, dtype=torch.int64)
+        keep = torch.ones(batch, seq, dtype=torch.bool)
+        bias = _decode_bias(attn_mask, batch, heads, seq, chunk, op)
+    return _decode(q, keys, values, keep, bias, pos >= 0, scale, _sink_logits(attention_sink, heads, op),
+                   memory_config, owned=False)
+
+
+def paged_scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tensor_k: Tensor,
+                                              input_tensor_v: Tensor, page_table_tensor: Tensor, *,
+                                              is_causal: bool = True, attn_mask: Tensor | None = None,
+                                              cur_pos_tensor: Tensor | None = None,
+                                              attention_sink: Tensor | None = None, scale: float | None = None,
+                                              sliding_window_size: int | None = None,
+                                              memory_config: MemoryConfig | None = None,
+                                              program_config: SDPAProgramConfig | None = None,
+                                              compute_kernel_config: WormholeComputeKernelConfig | None = None,
+                                              paged_cache_geometry: object = None,
+                                              cache_position_modulo: int | None = None,
+                                              spec_multi_pos_tiles: int = 0) -> Tensor:
+    op = "paged_scaled_dot_product_attention_decode"
+    if spec_multi_pos_tiles != 0:
+        raise unsupported(op, "spec_multi_pos_tiles")
+    q = input_tensor_q
+    _check_decode_operands(q, input_tensor_k, input_tensor_v, memory_config, op)
+    _, batch, heads, dim = q.shape
+    k, v = (_cache_view(c, paged_cache_geometry, dim, op) for c in (input_tensor_k, input_tensor_v))
+    check(k.shape[2] == v.shape[2], op, "K and V must have same block size")
+    check(k.shape[3] == v.shape[3] == dim, op, "Q, K, V must have same hidden size")
+    table = check_page_table(page_table_tensor, op, batch)
+    bs, slots = k.shape[2], table.shape[1] * k.shape[2]
+    chunk = _decode_chunk(slots, program_config, True, op)
+    bias = None
+    if is_causal:
+        check(attn_mask is None, op, "Must not have attn_mask tensor for causal attention")
+        check(cur_pos_tensor is not None, op, "Must have cur_pos tensor for paged attention in causal mode")
+        pos = _check_cur_pos(cur_pos_tensor, batch, op)
+        if cache_position_modulo is None:
+            check(bool((pos < slots).all()), op, f"cur_pos must be < the page table's {slots} positions")
+            length = -(-(int(pos.max()) + 1) // bs) * bs if bool((pos >= 0).any()) else bs
+            keep = _causal_keep(pos, length, sliding_window_size)
+        else:
+            keep, length = _circular_keep(pos, cache_position_modulo, sliding_window_size, bs, slots, op)
+    else:
+        if sliding_window_size is not None or cache_position_modulo is not None:
+            raise unsupported(op, "sliding_window_size / cache_position_modulo with is_causal=False")
+        check(chunk > 0, op, "Must provide k_chunk_size if paged and non-causal!")
+        check(slots % chunk == 0, op, f"K sequence length must be multiple of chunk size, got: {slots} and {chunk}")
+        pos, length = torch.zeros(batch, dtype=torch.int64), slots
+        keep = torch.ones(batch, slots, dtype=torch.bool)
+        bias = _decode_bias(attn_mask, batch, heads, slots, chunk, op)
+    # Read only the blocks holding visible keys: others may be unallocated (-1) or belong to other users.
+    need = keep.reshape(batch, -1, bs).any(-1)
+    blocks = table[:, :need.shape[1]]
+    check_blocks(blocks[need], k.shape[0], op)
+    blocks = blocks.masked_fill(~need, 0)
+    keys, values = gather_pages(k, blocks), gather_pages(v, blocks)
+    return _decode(q, keys, values, keep, bias, pos >= 0, scale, _sink_logits(attention_sink, heads, op),
+                   memory_config, owned=True)
+
+
+def _circular_keep(pos: torch.Tensor, modulo: int, window: int | None, bs: int, slots: int,
+                   op: str) -> tuple[torch.Tensor, int]:
+    """Ring-buffer cache: logical key ``j`` sits in slot ``j % M``; keys ``[max(0, pos+1-W), pos]`` (W <= M)."""
+    check(0 < modulo <= slots and modulo % bs == 0, op,
+          f"cache_position_modulo must be positive, block-aligned, and <= {slots}; got {modulo}")
+    window = modulo if window is None else window
+    check(0 < window <= modulo, op, f"sliding_window_size must be in [1, {modulo}], got {window}")
+    slot = torch.arange(modulo)
+    age = torch.remainder(pos[:, None] - slot, modulo)  # how many tokens ago the slot was last written
+    keep = (age < torch.clamp(pos + 1, max=window)[:, None]) & (pos[:, None] >= 0)
+    return keep, modulo
