@@ -62,3 +62,18 @@ def test_mock_install_is_idempotent():
     assert mock.install() == first
     with pytest.raises(ValueError, match="n999"):
         mock.environment("n999")
+
+
+def test_use_selects_the_api_of_a_device_whatever_was_opened_last(mock_device):
+    import ttnn as real_ttnn
+
+    host_device = runtime.open_device("host")
+    try:
+        with runtime.use(mock_device):
+            assert runtime.ttnn.linear is real_ttnn.linear
+            with runtime.use(host_device):
+                assert runtime.ttnn.linear is host.linear
+            assert runtime.ttnn.linear is real_ttnn.linear
+        assert runtime.ttnn.linear is host.linear
+    finally:
+        runtime.close_device(host_device)

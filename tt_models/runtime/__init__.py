@@ -6,16 +6,17 @@ Model code reaches ttnn through one import point and reads like tt-metal model c
 
     y = ttnn.linear(x, w, bias=b)
 
-``ttnn`` forwards to the API of the most recently opened device's backend (the real ``ttnn`` module
-for ``"ttnn"`` and ``"mock"``, :mod:`tt_models.runtime.host` for ``"host"``).
+``ttnn`` forwards to the active API: the one of the device in the innermost ``with use(device):``
+block, else that of the most recently opened device (the real ``ttnn`` module for ``"ttnn"`` and
+``"mock"``, :mod:`tt_models.runtime.host` for ``"host"``).
 """
 
 from types import ModuleType
 from typing import Any
 
 from .backend import (  # noqa: F401
-    BACKEND_ENV, BACKENDS, active_api, backend_of, close_device, default_backend, open_device, supports_trace,
-    tt_device_present,
+    BACKEND_ENV, BACKENDS, active_api, api_for, backend_of, close_device, default_backend, open_device,
+    supports_trace, tt_device_present, use,
 )
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 BACKEND_ENV = "TT_MODELS_BACKEND"
 BACKENDS = ("ttnn", "mock", "host")
@@ -14,6 +15,8 @@ MOCK_BOARDS = {"n150": (1, 1), "n300": (1, 2)}
 
 # Open devices, most recent last: (device, backend name, API module).
 _open: list[tuple[Any, str, ModuleType]] = []
+# APIs made active by ``use(device)``, innermost last.
+_used: list[ModuleType] = []
 
 
 def tt_device_present() -> bool:
@@ -42,6 +45,24 @@ def api_module(backend: str) -> ModuleType:
 
         return ttnn
     raise ValueError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+
+
+def api_for(device: Any) -> ModuleType:
+    """The ttnn API that drives ``device``: the host backend for its devices, the real ttnn for any other
+    (including devices opened by someone else, e.g. TT vLLM)."""
+    from tt_models.runtime import host
+
+    return host if isinstance(device, host.MeshDevice) else api_module("ttnn")
+
+
+@contextmanager
+def use(device: Any) -> Iterator[None]:
+    """Make ``device``'s API the active ttnn API inside the block (model entry points wrap their work in it)."""
+    _used.append(api_for(device))
+    try:
+        yield
+    finally:
+        _used.pop()
 
 
 def open_device(backend: str | None = None, *, mesh_shape: tuple[int, int] = (1, 1), board: str | None = None,
@@ -90,7 +111,10 @@ def backend_of(device: Any) -> str:
 
 
 def active_api() -> ModuleType:
-    """The ttnn API of the most recently opened device, or of the default backend when none is open."""
+    """The API made active by :func:`use`, else that of the most recently opened device, else the default
+    backend's."""
+    if _used:
+        return _used[-1]
     return _open[-1][2] if _open else api_module(default_backend())
 
 

@@ -280,16 +280,16 @@ def _check_shard_fits(shape: Sequence[int], memory_config: MemoryConfig, layout:
         height *= d
     width = dims[-1]
     if layout == Layout.TILE:
-        check(spec.shard_shape[0] % TILE_SIZE == 0 and spec.shard_shape[1] % TILE_SIZE == 0, op,
-              f"shard shape {spec.shard_shape} is not a multiple of the 32x32 tile")
+        check(spec.shape[0] % TILE_SIZE == 0 and spec.shape[1] % TILE_SIZE == 0, op,
+              f"shard shape {spec.shape} is not a multiple of the 32x32 tile")
     cores = spec.num_cores()
     if memory_config.memory_layout == TensorMemoryLayout.HEIGHT_SHARDED:
-        check(spec.shard_shape[1] >= width, op, f"height-sharded shard width {spec.shard_shape[1]} < tensor width {width}")
-        check(spec.shard_shape[0] * cores >= height, op,
-              f"{cores} shards of height {spec.shard_shape[0]} cannot hold height {height}")
+        check(spec.shape[1] >= width, op, f"height-sharded shard width {spec.shape[1]} < tensor width {width}")
+        check(spec.shape[0] * cores >= height, op,
+              f"{cores} shards of height {spec.shape[0]} cannot hold height {height}")
     elif memory_config.memory_layout == TensorMemoryLayout.WIDTH_SHARDED:
-        check(spec.shard_shape[1] * cores >= width, op,
-              f"{cores} shards of width {spec.shard_shape[1]} cannot hold width {width}")
+        check(spec.shape[1] * cores >= width, op,
+              f"{cores} shards of width {spec.shape[1]} cannot hold width {width}")
 
 
 def _check_on_device(tensor: Tensor, op: str) -> None:

@@ -116,8 +116,8 @@ def _check_decode_input(inp: Tensor, op: str) -> None:
           "Expect input_tensor to NOT have memory layout WIDTH SHARDED")
     spec = mc.shard_spec
     check(spec is not None, op, "a sharded input_tensor needs a shard spec")
-    check(spec.shard_shape[1] == inp.padded_shape[-1], op,
-          f"Expect input_tensor to have shard width ({spec.shard_shape[1]}) equal to the last dimension of the "
+    check(spec.shape[1] == inp.padded_shape[-1], op,
+          f"Expect input_tensor to have shard width ({spec.shape[1]}) equal to the last dimension of the "
           f"input tensor padded shape ({inp.padded_shape[-1]})")
     check(spec.orientation == ShardOrientation.ROW_MAJOR, op, "Only ROW_MAJOR sharding is supported")
     users = inp.shape[1]

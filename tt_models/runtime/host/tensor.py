@@ -133,6 +133,14 @@ class Tensor:
         """A copy of the values (the device buffer stays private, as on hardware)."""
         return self.value.to(TORCH_DTYPE[self.dtype], copy=True)
 
+    def __getitem__(self, key: object) -> "Tensor":
+        """Torch-style basic indexing (ints, slices with positive steps, ``...``), as ``ttnn.Tensor`` offers."""
+        keys = key if isinstance(key, tuple) else (key,)
+        for k in keys:
+            if not (isinstance(k, int) or k is Ellipsis or (isinstance(k, slice) and (k.step or 1) > 0)):
+                raise TypeError(f"ttnn.Tensor indexing supports ints, slices with positive steps and ..., not {k!r}")
+        return Tensor(self.value[key].clone(), self.dtype, self.layout, self._device, self._memory_config)
+
     def __repr__(self) -> str:
         place = "host" if self._device is None else "device"
         return f"ttnn.Tensor(shape={list(self.shape)}, dtype={self.dtype.name}, layout={self.layout.name}, {place})"

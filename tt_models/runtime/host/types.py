@@ -209,12 +209,12 @@ class CoreGrid:
 @dataclass(frozen=True)
 class ShardSpec:
     grid: CoreRangeSet
-    shard_shape: tuple[int, int]
+    shape: list[int]
     orientation: ShardOrientation = ShardOrientation.ROW_MAJOR
 
     def __init__(self, grid: CoreRangeSet, shard_shape: Sequence[int], shard_orientation: ShardOrientation) -> None:
         object.__setattr__(self, "grid", grid)
-        object.__setattr__(self, "shard_shape", tuple(int(s) for s in shard_shape))
+        object.__setattr__(self, "shape", [int(s) for s in shard_shape])
         object.__setattr__(self, "orientation", shard_orientation)
 
     def num_cores(self) -> int:

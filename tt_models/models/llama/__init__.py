@@ -1,0 +1,1 @@
+"""Llama-family decoder-only models (HF ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``MistralForCausalLM``)."""

@@ -1,0 +1,89 @@
+"""One replica of a Llama-family model on one device or mesh: embedding, decoder blocks, norm, LM head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tt_models.runtime import ttnn
+from tt_models.tt.decoder import TransformerBlock
+from tt_models.tt.embedding import Embedding
+from tt_models.tt.lm_head import LMHead
+from tt_models.tt.model_config import DecoderArgs, Precision
+from tt_models.tt.norm import RMSNorm
+from tt_models.tt.rope import RotarySetup
+from tt_models.tt.weights import mesh_mapper, to_host
+
+TILE = 32
+
+
+def _ceil_to(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class LlamaModel:
+    def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
+                 max_seq_len: int, optimizations: str | None) -> None:
+        self.device = device
+        self.args = args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        self.precision = precision = Precision.for_profile(optimizations)
+        self.embedding = Embedding(state["model.embed_tokens.weight"], device)
+        self.rope = RotarySetup(hf_config, args.head_dim, device, args.decode_rows)
+        self.layers = [TransformerBlock(args, state, i, device, precision) for i in range(args.n_layers)]
+        self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
+        lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
+        self.lm_head = LMHead(lm_head, device, precision.lm_head_weights)
+
+    def _int_tensor(self, values: torch.Tensor) -> Any:
+        return ttnn.from_torch(values.to(torch.int32).contiguous(), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                               device=self.device, mesh_mapper=mesh_mapper(self.device))
+
+    def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
+                kv_cache: list[list[Any]]) -> torch.Tensor:
+        """Run positions ``start .. end - 1`` of one user's token row; return the logits of position ``end - 1``.
+
+        ``page_table`` is the user's block row (entries past ``ceil(end / bs)`` may be stale: never used).
+        The chunk restarts at the block boundary before ``start``: ``paged_fill_cache`` writes whole tiles
+        from a block's start, so up to ``bs - 1`` cached tokens are recomputed (with identical K/V).
+        """
+        block_size = kv_cache[0][0].shape[2]
+        chunk_start = start // block_size * block_size
+        length = end - chunk_start
+        padded = _ceil_to(length, TILE)
+        ids = torch.zeros(padded, dtype=torch.int64)
+        ids[:length] = tokens[chunk_start:end]
+        x = self.embedding.forward(ids)
+        rot = self.rope.prefill(chunk_start, padded)
+        own_blocks = page_table[: -(-end // block_size)]
+        fill_table = self._int_tensor(own_blocks[chunk_start // block_size:][None])
+        # Chunked SDPA reads ceil((chunk_start + padded) / bs) blocks; past the user's own, repeat its last
+        # block so that the padding queries never read another user's blocks.
+        needed = -(-(chunk_start + padded) // block_size)
+        read_blocks = torch.cat([own_blocks, own_blocks[-1:].expand(max(0, needed - len(own_blocks)))])
+        sdpa_table = self._int_tensor(read_blocks[None])
+        for layer, cache in zip(self.layers, kv_cache):
+            x = layer.forward_prefill(x, cache, rot=rot, trans_mat=self.rope.trans_mat_prefill,
+                                      page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk_start)
+        last = length - 1
+        tile = last // TILE * TILE  # the LM head runs on the one tile holding the last token
+        x = ttnn.slice(self.norm.forward(x), (0, 0, tile, 0), (1, 1, tile + TILE, self.args.dim))
+        logits = to_host(self.lm_head.forward(x), self.device)
+        return logits[0, 0, last - tile].float()
+
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
+               kv_cache: list[list[Any]]) -> Any:
+        """One token per user (``positions`` ``-1`` marks a padding row); returns device logits ``[1, 1, 32, V]``
+        whose first ``len(tokens)`` rows are the users'."""
+        pad = self.args.decode_rows - tokens.shape[0]
+        tokens = torch.nn.functional.pad(tokens, (0, pad))
+        positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
+        page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
+        x = self.embedding.forward(tokens)
+        rot = self.rope.decode(positions)
+        current_pos = self._int_tensor(positions)
+        table = self._int_tensor(page_table)
+        for layer, cache in zip(self.layers, kv_cache):
+            x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode, page_table=table,
+                                     current_pos=current_pos)
+        return self.lm_head.forward(self.norm.forward(x))

@@ -1,0 +1,3 @@
+"""TT-NN building blocks shared by the models: attention (self, cross, encoder), MLP, norms, rotary
+embedding, embedding, LM head and the paged KV cache. Written once against the ttnn API
+(``tt_models.runtime.ttnn``); they run on a TT device, the mock device and the host backend."""

@@ -1,0 +1,75 @@
+"""Model dimensions and weight precision profiles, derived from an HF config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tt_models.runtime import ttnn
+
+PROFILES = ("accuracy", "performance")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Storage dtypes of one optimizations profile (as tt_transformers' ModelOptimizations)."""
+
+    attention_weights: Any
+    mlp_weights: Any
+    lm_head_weights: Any
+    kv_cache: Any
+
+    @classmethod
+    def for_profile(cls, optimizations: str | None) -> "Precision":
+        profile = optimizations or "performance"
+        if profile == "accuracy":  # bf16 attention, bfloat8_b MLP
+            return cls(ttnn.bfloat16, ttnn.bfloat8_b, ttnn.bfloat16, ttnn.bfloat16)
+        if profile == "performance":  # bfloat8_b attention, bfloat4_b MLP
+            return cls(ttnn.bfloat8_b, ttnn.bfloat4_b, ttnn.bfloat8_b, ttnn.bfloat8_b)
+        raise ValueError(f"optimizations={optimizations!r}: expected None or one of {', '.join(PROFILES)}")
+
+
+@dataclass(frozen=True)
+class DecoderArgs:
+    """What the decoder-only blocks need to know about a model, read from its HF config."""
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden_dim: int
+    vocab_size: int
+    norm_eps: float
+    qkv_bias: bool
+    tie_word_embeddings: bool
+    max_batch_size: int
+    max_seq_len: int
+
+    # Decode runs one 32-row tile of users (as tt_transformers does): rows past the batch are padding.
+    decode_rows: int = 32
+
+    @classmethod
+    def from_hf(cls, hf_config: Any, *, max_batch_size: int, max_seq_len: int) -> "DecoderArgs":
+        n_heads = hf_config.num_attention_heads
+        head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // n_heads
+        if head_dim % 32:
+            raise ValueError(f"head_dim {head_dim} is not a multiple of 32, which TT-NN's attention ops require")
+        if max_batch_size > cls.decode_rows:
+            raise ValueError(f"max_batch_size {max_batch_size} > {cls.decode_rows}: TT-NN decode holds at most "
+                             f"{cls.decode_rows} users per device (use data parallelism)")
+        return cls(
+            dim=hf_config.hidden_size,
+            n_layers=hf_config.num_hidden_layers,
+            n_heads=n_heads,
+            n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
+            head_dim=head_dim,
+            hidden_dim=hf_config.intermediate_size,
+            vocab_size=hf_config.vocab_size,
+            norm_eps=hf_config.rms_norm_eps,
+            # Qwen2 has biases on q/k/v; Llama may declare attention_bias.
+            qkv_bias=hf_config.model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
+            tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+        )

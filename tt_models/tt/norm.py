@@ -1,0 +1,36 @@
+"""RMSNorm and LayerNorm with their weights laid out as TT-NN's norm kernels read them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tt_models.runtime import ttnn
+from tt_models.tt.weights import as_tensor
+
+TILE = 32
+
+
+def _row_major_weight(weight: torch.Tensor, device: Any) -> Any:
+    # The norm kernels read gamma/beta as ROW_MAJOR rows of 32 values: [1, 1, dim / 32, 32].
+    return as_tensor(weight.reshape(1, 1, -1, TILE), device, layout=ttnn.ROW_MAJOR_LAYOUT)
+
+
+class RMSNorm:
+    def __init__(self, weight: torch.Tensor, eps: float, device: Any) -> None:
+        self.weight = _row_major_weight(weight, device)
+        self.eps = eps  # always explicit: ttnn's default epsilon is 1e-12
+
+    def forward(self, x: Any, memory_config: Any = None) -> Any:
+        return ttnn.rms_norm(x, epsilon=self.eps, weight=self.weight, memory_config=memory_config)
+
+
+class LayerNorm:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, eps: float, device: Any) -> None:
+        self.weight = _row_major_weight(weight, device)
+        self.bias = _row_major_weight(bias, device)
+        self.eps = eps
+
+    def forward(self, x: Any, memory_config: Any = None) -> Any:
+        return ttnn.layer_norm(x, epsilon=self.eps, weight=self.weight, bias=self.bias, memory_config=memory_config)

@@ -1,0 +1,78 @@
+"""Rotary position embedding for ``ttnn.experimental.rotary_embedding_llama``.
+
+TT-NN's rotary op rotates interleaved pairs ``(x[2k], x[2k+1])`` (Meta's layout), while HF checkpoints
+rotate halves ``(x[k], x[k + D/2])``. The models therefore permute each head's rows of the Q and K
+projections (:func:`hf_to_meta_rows`) and feed pairwise-duplicated cos/sin. The frequencies, including
+Llama-3 / YaRN / linear scaling and its attention factor, come from HF's own rotary module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from tt_models.runtime import ttnn
+from tt_models.tt.weights import as_tensor
+
+TILE = 32
+
+
+def hf_to_meta_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Reorder a Q/K projection weight ``[n_heads * D, in]`` (or bias ``[n_heads * D]``) from HF's
+    rotate-half layout to interleaved pairs, head by head."""
+    head_dim = weight.shape[0] // n_heads
+    rest = weight.shape[1:]
+    return weight.reshape(n_heads, 2, head_dim // 2, *rest).transpose(1, 2).reshape(weight.shape)
+
+
+def transformation_matrix() -> torch.Tensor:
+    """``T`` with ``(x @ T)[2k] = -x[2k+1]`` and ``(x @ T)[2k+1] = x[2k]`` on one 32-column tile."""
+    t = torch.zeros(TILE, TILE)
+    t[torch.arange(0, TILE, 2), torch.arange(1, TILE, 2)] = 1.0
+    t[torch.arange(1, TILE, 2), torch.arange(0, TILE, 2)] = -1.0
+    return t
+
+
+class RotarySetup:
+    """cos/sin for any positions, and the transformation matrices, on one device."""
+
+    def __init__(self, hf_config: Any, head_dim: int, device: Any, decode_rows: int) -> None:
+        rotary = LlamaRotaryEmbedding(config=hf_config)
+        self.inv_freq = rotary.inv_freq.float()
+        self.scaling = float(rotary.attention_scaling)
+        self.head_dim = head_dim
+        self.device = device
+        self.trans_mat_prefill = as_tensor(transformation_matrix()[None, None], device)
+        grid = device.compute_with_storage_grid_size()
+        self.batch_cores = ttnn.num_cores_to_corerangeset(decode_rows, grid, row_wise=True)
+        self.decode_memory_config = ttnn.create_sharded_memory_config(
+            (TILE, head_dim), self.batch_cores, ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
+            use_height_and_width_as_shard_shape=True)
+        trans_mem = ttnn.create_sharded_memory_config(
+            (TILE, TILE), self.batch_cores, ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
+            use_height_and_width_as_shard_shape=True)
+        self.trans_mat_decode = as_tensor(transformation_matrix().repeat(1, 1, decode_rows, 1), device,
+                                          memory_config=trans_mem)
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pairwise-duplicated cos and sin ``[len(positions), head_dim]`` (fp32, with HF's attention factor)."""
+        angles = positions.float()[:, None] * self.inv_freq[None, :]
+        cos = (angles.cos() * self.scaling).repeat_interleave(2, dim=-1)
+        sin = (angles.sin() * self.scaling).repeat_interleave(2, dim=-1)
+        return cos, sin
+
+    def prefill(self, start: int, length: int) -> tuple[Any, Any]:
+        """cos/sin ``[1, 1, length, D]`` for positions ``start .. start + length - 1``."""
+        cos, sin = self.cos_sin(torch.arange(start, start + length))
+        return as_tensor(cos[None, None], self.device), as_tensor(sin[None, None], self.device)
+
+    def decode(self, positions: torch.Tensor) -> tuple[Any, Any]:
+        """cos/sin ``[1, B, 32, D]``, one user per core (row 0 holds the user's position; padding rows
+        ``-1`` use position 0, their results are never written)."""
+        cos, sin = self.cos_sin(positions.clamp(min=0))
+        cos = cos[None, :, None, :].expand(1, -1, TILE, -1).contiguous()
+        sin = sin[None, :, None, :].expand(1, -1, TILE, -1).contiguous()
+        return (as_tensor(cos, self.device, memory_config=self.decode_memory_config),
+                as_tensor(sin, self.device, memory_config=self.decode_memory_config))
