@@ -66,10 +66,12 @@ class Attention:
         ttnn.experimental.paged_fill_cache(k_cache, k_fill, fill_page_table, batch_idx=0)
         ttnn.experimental.paged_fill_cache(v_cache, v_fill, fill_page_table, batch_idx=0)
         if chunk_start == 0:
-            attn = ttnn.transformer.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+            attn = ttnn.transformer.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=self.scale, sliding_window_size=args.sliding_window)
         else:
             attn = ttnn.transformer.chunked_scaled_dot_product_attention(
-                q, k_cache, v_cache, page_table, chunk_start, scale=self.scale)
+                q, k_cache, v_cache, page_table, chunk_start, scale=self.scale,
+                sliding_window_size=args.sliding_window)
         for t in (q, k, v, k_fill, v_fill):
             ttnn.deallocate(t)
         out = ttnn.experimental.nlp_concat_heads(attn)
@@ -93,7 +95,7 @@ class Attention:
         ttnn.experimental.paged_update_cache(v_cache, v, update_idxs_tensor=current_pos, page_table=page_table)
         attn = ttnn.transformer.paged_scaled_dot_product_attention_decode(
             q, k_cache, v_cache, page_table_tensor=page_table, cur_pos_tensor=current_pos, scale=self.scale,
-            memory_config=ttnn.DRAM_MEMORY_CONFIG)
+            sliding_window_size=args.sliding_window, memory_config=ttnn.DRAM_MEMORY_CONFIG)
         for t in (q, k, v):
             ttnn.deallocate(t)
         attn_sharded = ttnn.interleaved_to_sharded(attn, self.decode_heads_memory_config)

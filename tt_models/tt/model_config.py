@@ -45,6 +45,7 @@ class DecoderArgs:
     tie_word_embeddings: bool
     max_batch_size: int
     max_seq_len: int
+    sliding_window: int | None = None
 
     # Decode runs one 32-row tile of users (as tt_transformers does): rows past the batch are padding.
     decode_rows: int = 32
@@ -72,4 +73,13 @@ class DecoderArgs:
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             max_batch_size=max_batch_size,
             max_seq_len=max_seq_len,
+            sliding_window=_sliding_window(hf_config),
         )
+
+
+def _sliding_window(hf_config: Any) -> int | None:
+    """The attention window HF applies (Mistral always when set; Qwen2 only with ``use_sliding_window``)."""
+    window = getattr(hf_config, "sliding_window", None)
+    if hf_config.model_type == "qwen2" and not getattr(hf_config, "use_sliding_window", False):
+        return None
+    return window

@@ -147,3 +147,11 @@ class LlamaForCausalLM:
             with use(device):
                 rows.append(to_host(out, device)[0, 0, : self.users_per_replica].float())
         return torch.cat(rows)[:, None, :]
+
+
+class Qwen2ForCausalLM(LlamaForCausalLM):
+    """Qwen2 (biased Q/K/V projections) on the Llama-family blocks."""
+
+
+class MistralForCausalLM(LlamaForCausalLM):
+    """Mistral (sliding-window attention when its config sets one) on the Llama-family blocks."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -44,16 +44,34 @@ class LlamaModel:
         """Run positions ``start .. end - 1`` of one user's token row; return the logits of position ``end - 1``.
 
         ``page_table`` is the user's block row (entries past ``ceil(end / bs)`` may be stale: never used).
-        The chunk restarts at the block boundary before ``start``: ``paged_fill_cache`` writes whole tiles
-        from a block's start, so up to ``bs - 1`` cached tokens are recomputed (with identical K/V).
         """
+        for x in self.prefill_layers(tokens, start, end, page_table, kv_cache):
+            pass
+        last = end - 1 - self.chunk_start(start, kv_cache)
+        tile = last // TILE * TILE  # the LM head runs on the one tile holding the last token
+        x = ttnn.slice(self.norm.forward(x), (0, 0, tile, 0), (1, 1, tile + TILE, self.args.dim))
+        logits = to_host(self.lm_head.forward(x), self.device)
+        return logits[0, 0, last - tile].float()
+
+    @staticmethod
+    def chunk_start(start: int, kv_cache: list[list[Any]]) -> int:
+        """Prefill restarts at the block boundary before ``start``: ``paged_fill_cache`` writes whole tiles
+        from a block's start, so up to ``bs - 1`` cached tokens are recomputed (with identical K/V)."""
         block_size = kv_cache[0][0].shape[2]
-        chunk_start = start // block_size * block_size
+        return start // block_size * block_size
+
+    def prefill_layers(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
+                       kv_cache: list[list[Any]]) -> Iterator[Any]:
+        """The hidden states ``[1, 1, S, dim]`` (S: the chunk padded to a tile) of the embedding and of each layer,
+        for positions ``chunk_start(start) .. end - 1``."""
+        block_size = kv_cache[0][0].shape[2]
+        chunk_start = self.chunk_start(start, kv_cache)
         length = end - chunk_start
         padded = _ceil_to(length, TILE)
         ids = torch.zeros(padded, dtype=torch.int64)
         ids[:length] = tokens[chunk_start:end]
         x = self.embedding.forward(ids)
+        yield x
         rot = self.rope.prefill(chunk_start, padded)
         own_blocks = page_table[: -(-end // block_size)]
         fill_table = self._int_tensor(own_blocks[chunk_start // block_size:][None])
@@ -65,11 +83,7 @@ class LlamaModel:
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_prefill(x, cache, rot=rot, trans_mat=self.rope.trans_mat_prefill,
                                       page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk_start)
-        last = length - 1
-        tile = last // TILE * TILE  # the LM head runs on the one tile holding the last token
-        x = ttnn.slice(self.norm.forward(x), (0, 0, tile, 0), (1, 1, tile + TILE, self.args.dim))
-        logits = to_host(self.lm_head.forward(x), self.device)
-        return logits[0, 0, last - tile].float()
+            yield x
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                kv_cache: list[list[Any]]) -> Any:

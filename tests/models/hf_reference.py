@@ -1,0 +1,39 @@
+"""Tiny random HF models to compare against, and the comparison metric."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+
+COMMON = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=320,
+              max_position_embeddings=512)
+
+# name -> config: MHA, GQA, Qwen2 q/k/v bias, tied embeddings, Llama-3 rope scaling, Mistral sliding window.
+TINY_CONFIGS = {
+    "llama-mha": lambda: LlamaConfig(**COMMON, num_key_value_heads=4),
+    "llama-gqa": lambda: LlamaConfig(**COMMON, num_key_value_heads=2),
+    "qwen2-bias": lambda: Qwen2Config(**COMMON, num_key_value_heads=2),
+    "llama-tied": lambda: LlamaConfig(**COMMON, num_key_value_heads=2, tie_word_embeddings=True),
+    "llama3-rope-scaling": lambda: LlamaConfig(
+        **COMMON, num_key_value_heads=1, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    "mistral-window": lambda: MistralConfig(**COMMON, num_key_value_heads=2, sliding_window=32),
+}
+
+
+def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    config = TINY_CONFIGS[name]()
+    config.attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # HF initializes biases to zero: make them count
+        for name_, param in model.named_parameters():
+            if name_.endswith("bias"):
+                param.normal_(0, 0.5)
+    return model
+
+
+def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation of two tensors' values (fp64)."""
+    a, b = a.flatten().double(), b.flatten().double()
+    return torch.corrcoef(torch.stack([a, b]))[0, 1].item()

@@ -1,0 +1,102 @@
+"""Drives a generator class exactly as TT vLLM's runner does (research/contract.md sections 2-3).
+
+Keyword calls only; prefill rows unpadded with stale, non-zero tails in token and page-table rows; decode
+padded to ``max_batch_size`` with token 0, ``start_pos = -1`` and zero page-table rows in free slots;
+requests join and leave between steps. Blocks come from one shuffled pool.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Request:
+    tokens: list[int]  # prompt, then every token fed so far
+    prompt_len: int
+    slot: int = -1
+    blocks: list[int] = field(default_factory=list)
+    computed: int = 0  # tokens whose KV is in the cache
+
+
+class VllmDriver:
+    def __init__(self, model, kv_cache, *, max_batch_size: int, num_blocks: int, block_size: int, width: int,
+                 seed: int = 0) -> None:
+        self.model, self.kv_cache = model, kv_cache
+        self.max_batch_size, self.block_size, self.width = max_batch_size, block_size, width
+        self.rng = random.Random(seed)
+        self.free_blocks = list(range(num_blocks))
+        self.rng.shuffle(self.free_blocks)
+        self.slots: list[Request | None] = [None] * max_batch_size
+        self.stale_tokens = 1 + self.rng.randrange(100)
+
+    def _grow(self, request: Request, length: int) -> None:
+        while len(request.blocks) * self.block_size < length:
+            request.blocks.append(self.free_blocks.pop())
+
+    def _page_row(self, request: Request) -> list[int]:
+        # Columns past the request's own blocks name other live requests' blocks (the runner never clears them).
+        others = [b for r in self.slots if r is not None and r is not request for b in r.blocks] or [1]
+        return request.blocks + [self.rng.choice(others) for _ in range(self.width - len(request.blocks))]
+
+    def _token_row(self, request: Request, width: int) -> list[int]:
+        return request.tokens + [self.stale_tokens] * (width - len(request.tokens))
+
+    def add(self, request: Request, slot: int) -> None:
+        assert self.slots[slot] is None
+        request.slot = slot
+        self.slots[slot] = request
+
+    def remove(self, request: Request) -> None:
+        self.slots[request.slot] = None
+        self.free_blocks.extend(request.blocks)
+        request.blocks = []
+
+    def prefill(self, requests: list[Request]) -> torch.Tensor:
+        """Prefill each request's uncomputed tokens; logits ``[n, V]``."""
+        for r in requests:
+            self._grow(r, len(r.tokens))
+        width = max(len(r.tokens) for r in requests)
+        out = self.model.prefill_forward(
+            tokens=torch.tensor([self._token_row(r, width) for r in requests], dtype=torch.int32),
+            page_table=torch.tensor([self._page_row(r) for r in requests], dtype=torch.int32),
+            kv_cache=self.kv_cache,
+            prompt_lens=np.array([len(r.tokens) for r in requests]),
+            start_pos=np.array([r.computed for r in requests], dtype=np.int32),
+            enable_trace=False,
+            empty_slots=[r.slot for r in requests],
+        )
+        for r in requests:
+            r.computed = len(r.tokens)
+        assert out.shape[:2] == (len(requests), 1)
+        return out[:, 0]
+
+    def decode(self) -> dict[int, torch.Tensor]:
+        """One decode step over every slot; logits per occupied slot."""
+        tokens = torch.zeros(self.max_batch_size, 1, dtype=torch.int32)
+        start_pos = torch.full((self.max_batch_size,), -1, dtype=torch.int32)
+        page_table = torch.zeros(self.max_batch_size, self.width, dtype=torch.int32)
+        for slot, r in enumerate(self.slots):
+            if r is not None:
+                self._grow(r, len(r.tokens))
+                tokens[slot, 0] = r.tokens[-1]
+                start_pos[slot] = len(r.tokens) - 1
+                page_table[slot] = torch.tensor(self._page_row(r))
+        raw = self.model.decode_forward(tokens=tokens, start_pos=start_pos, page_table=page_table,
+                                        kv_cache=self.kv_cache, enable_trace=False, read_from_device=False)
+        out = self.model.process_decode_output_host(raw, is_tokens=False)
+        assert out.shape[:2] == (self.max_batch_size, 1)
+        for r in self.slots:
+            if r is not None:
+                r.computed = len(r.tokens)
+        return {slot: out[slot, 0] for slot, r in enumerate(self.slots) if r is not None}
+
+    def decode_as_prefill(self) -> dict[int, torch.Tensor]:
+        """The same step delivered as a one-token prefill with ``start_pos > 0`` for each active request."""
+        active = [r for r in self.slots if r is not None]
+        logits = self.prefill(active)
+        return {r.slot: row for r, row in zip(active, logits)}
