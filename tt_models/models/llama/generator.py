@@ -41,13 +41,18 @@ class LlamaForCausalLM:
                               tt_data_parallel: int = 1, optimizations: str | None = None,
                               **kwargs: Any) -> "LlamaForCausalLM":
         """Weights come from ``hf_config._name_or_path`` (an HF directory, local-cache id or checkpoint file)."""
+        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
+        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, max_seq_len=max_seq_len,
+                                   tt_data_parallel=tt_data_parallel, optimizations=optimizations)
+
+    @classmethod
+    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
+                        max_seq_len: int = 4096, tt_data_parallel: int = 1,
+                        optimizations: str | None = None) -> "LlamaForCausalLM":
+        """Build from HF-named weights already in memory."""
         if tt_data_parallel < 1 or max_batch_size % tt_data_parallel:
             raise ValueError(f"tt_data_parallel={tt_data_parallel} must divide max_batch_size={max_batch_size}")
         per_replica = max_batch_size // tt_data_parallel
-        if per_replica > 32:
-            raise ValueError(f"{per_replica} users per replica: TT-NN decode holds at most 32 users per device "
-                             f"(raise tt_data_parallel or lower max_num_seqs)")
-        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
         with use(mesh_device):
             if tt_data_parallel == 1:
                 devices = [mesh_device]

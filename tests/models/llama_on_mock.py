@@ -1,0 +1,46 @@
+"""Run a Llama-family generator's prefill and decode paths on the mock device (real ttnn validation).
+
+``python -m tests.models.llama_on_mock CHECKPOINT_DIR BOARD TT_DATA_PARALLEL`` (one board per process:
+the mock cluster is a process singleton). Prints one ``ok`` line with the output shapes.
+"""
+
+import sys
+
+import numpy as np
+import torch
+from transformers import AutoConfig
+
+from tt_models.models.llama.generator import LlamaForCausalLM
+from tt_models.runtime import close_device, open_device
+
+MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 16, 4
+
+
+def run(device, checkpoint: str, data_parallel: int) -> list[tuple[int, ...]]:
+    config = AutoConfig.from_pretrained(checkpoint)
+    model = LlamaForCausalLM.initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
+                                                   tt_data_parallel=data_parallel, optimizations="performance")
+    args = model.models[0].args
+    kv = model.allocate_kv_cache((NUM_BLOCKS, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
+    model.warmup_model_prefill(kv_cache=kv, enable_trace=False, can_sample_on_device=False)
+    model.warmup_model_decode(kv_cache=kv, enable_trace=False, max_batch_size=MAX_BATCH, num_blocks=WIDTH,
+                              can_sample_on_device=False)
+    prefill = model.prefill_forward(tokens=torch.randint(0, 100, (2, 45), dtype=torch.int32),
+                                    page_table=torch.tensor([[3, 1, 9, 9], [4, 5, 6, 2]], dtype=torch.int32),
+                                    kv_cache=kv, prompt_lens=np.array([40, 45]), start_pos=np.array([0, 32]),
+                                    empty_slots=[0, MAX_BATCH - 1])
+    raw = model.decode_forward(tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32),
+                               start_pos=torch.tensor([40, -1, -1, 45], dtype=torch.int32),
+                               page_table=torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]], dtype=torch.int32),
+                               kv_cache=kv, enable_trace=False, read_from_device=False)
+    host, events = model.read_decode_output(raw, async_read=True)
+    assert events == []
+    return [tuple(prefill.shape), tuple(model.process_decode_output_host(raw).shape), tuple(host.shape)]
+
+
+if __name__ == "__main__":
+    checkpoint, board, data_parallel = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    device = open_device("mock", board=board)
+    shapes = run(device, checkpoint, data_parallel)
+    close_device(device)
+    print("ok", shapes)
