@@ -278,7 +278,8 @@ def create_qkv_heads(ttnn, device):
 
 def create_qkv_heads_decode(ttnn, device):
     """tt_transformers decode: the fused QKV comes out of a width-sharded linear, goes to L1 interleaved
-    bf16, is reshaped so the unpadded batch is tracked (``(1, 1, B, w)`` over ``(1, 1, 32, w)``), then
+    bf16, is cut to the unpadded batch (tt_transformers uses the ``(logical, padded)`` reshape overload, which
+    the host backend does not offer; a slice gives the same ``(1, 1, B, w)`` over ``(1, 1, 32, w)``), then
     split into Q/K/V height-sharded one user per core (``CREATE_QKV_DECODE_SHARD``)."""
     d = 128
     width = (NH + 2 * NKV) * d
@@ -288,7 +289,7 @@ def create_qkv_heads_decode(ttnn, device):
                                             use_height_and_width_as_shard_shape=True)
     fused = tile(ttnn, device, rand(1, 1, 32, width), ttnn.bfloat8_b, memory_config=mem)
     fused = ttnn.sharded_to_interleaved(fused, ttnn.L1_MEMORY_CONFIG, ttnn.bfloat16)
-    fused = ttnn.reshape(fused, (1, 1, B, width), (1, 1, 32, width))
+    fused = ttnn.slice(fused, (0, 0, 0, 0), (1, 1, B, width))
     heads_mem = ttnn.create_sharded_memory_config(shape=(32, d), core_grid=ttnn.CoreGrid(y=4, x=8),
                                                   strategy=ttnn.ShardStrategy.HEIGHT,
                                                   orientation=ttnn.ShardOrientation.ROW_MAJOR,

@@ -1,5 +1,8 @@
 """Paged causal self-attention (decoder-only models and the decoder of encoder-decoder models).
 
+With ``rotary`` (Llama family) Q/K are rotated by ``rotary_embedding_llama``; without it (Whisper, BART:
+learned positions) they are used as projected.
+
 Prefill writes K/V with ``paged_fill_cache`` and attends either its own fresh K/V (first chunk) or the
 paged cache through ``chunked_scaled_dot_product_attention`` (a later chunk, a cached prefix). Decode
 writes one token per user with ``paged_update_cache`` and attends with
@@ -14,39 +17,52 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
-from tt_models.tt.model_config import DecoderArgs
 from tt_models.tt.rope import hf_to_meta_rows
 from tt_models.tt.weights import as_bias, as_linear_weight
 
 TILE = 32
 
 
+def fused_qkv(state: dict[str, torch.Tensor], prefix: str, n_heads: int, n_kv_heads: int,
+              rotary: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ``[q; k; v]`` projection weight and bias (``None`` without biases; a missing one, such as
+    Whisper's k_proj bias, is zero). Rotary models get Q/K rows in TT-NN's interleaved-pair order."""
+    heads = {"q": n_heads, "k": n_kv_heads}
+
+    def part(name: str, kind: str) -> torch.Tensor:
+        t = state.get(f"{prefix}{name}_proj.{kind}")
+        if t is None:
+            t = torch.zeros(state[f"{prefix}{name}_proj.weight"].shape[0])
+        return hf_to_meta_rows(t, heads[name]) if rotary and name in heads else t
+
+    weight = torch.cat([part(n, "weight") for n in "qkv"])
+    has_bias = any(f"{prefix}{n}_proj.bias" in state for n in "qkv")
+    return weight, torch.cat([part(n, "bias") for n in "qkv"]) if has_bias else None
+
+
 class Attention:
-    def __init__(self, args: DecoderArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
-                 weight_dtype: Any) -> None:
+    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any, *,
+                 rotary: bool = True, out_proj: str = "o_proj") -> None:
+        """``args``: ``n_heads``, ``n_kv_heads``, ``head_dim``, ``sliding_window``, ``decode_rows``."""
         self.args = args
         self.device = device
+        self.rotary = rotary
         # float32-exact: ttnn's chunked SDPA binding rejects a Python float that float32 cannot hold.
         self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
-        nh, nkv = args.n_heads, args.n_kv_heads
-        wq = hf_to_meta_rows(state[f"{prefix}q_proj.weight"], nh)
-        wk = hf_to_meta_rows(state[f"{prefix}k_proj.weight"], nkv)
-        wqkv = torch.cat([wq, wk, state[f"{prefix}v_proj.weight"]], dim=0)
+        wqkv, bqkv = fused_qkv(state, prefix, args.n_heads, args.n_kv_heads, rotary)
         self.wqkv = as_linear_weight(wqkv, device, weight_dtype)
-        self.bqkv = None
-        if args.qkv_bias:
-            bqkv = torch.cat([hf_to_meta_rows(state[f"{prefix}q_proj.bias"], nh),
-                              hf_to_meta_rows(state[f"{prefix}k_proj.bias"], nkv), state[f"{prefix}v_proj.bias"]])
-            self.bqkv = as_bias(bqkv, device)
-        self.wo = as_linear_weight(state[f"{prefix}o_proj.weight"], device, weight_dtype)
+        self.bqkv = None if bqkv is None else as_bias(bqkv, device)
+        self.wo = as_linear_weight(state[f"{prefix}{out_proj}.weight"], device, weight_dtype)
+        out_bias = state.get(f"{prefix}{out_proj}.bias")
+        self.bo = None if out_bias is None else as_bias(out_bias, device)
         grid = device.compute_with_storage_grid_size()
         batch_cores = ttnn.num_cores_to_corerangeset(args.decode_rows, grid, row_wise=True)
         self.decode_heads_memory_config = ttnn.create_sharded_memory_config(
             (TILE, args.head_dim), batch_cores, ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
             use_height_and_width_as_shard_shape=True)
 
-    def forward_prefill(self, x: Any, rot: tuple[Any, Any], trans_mat: Any, kv_cache: tuple[Any, Any],
-                        page_table: Any, fill_page_table: Any, chunk_start: int) -> Any:
+    def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], page_table: Any, fill_page_table: Any,
+                        chunk_start: int, rot: tuple[Any, Any] | None = None, trans_mat: Any = None) -> Any:
         """One user's tokens ``x [1, 1, S, dim]`` at positions ``chunk_start ..``.
 
         ``fill_page_table`` ``[1, ceil(S / bs)]`` names the blocks of exactly these positions
@@ -58,9 +74,9 @@ class Attention:
         q, k, v = ttnn.experimental.nlp_create_qkv_heads(
             xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads, transpose_k_heads=False)
         ttnn.deallocate(xqkv)
-        cos, sin = rot
-        q = ttnn.experimental.rotary_embedding_llama(q, cos, sin, trans_mat, is_decode_mode=False)
-        k = ttnn.experimental.rotary_embedding_llama(k, cos, sin, trans_mat, is_decode_mode=False)
+        if self.rotary:
+            q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=False)
+            k = ttnn.experimental.rotary_embedding_llama(k, *rot, trans_mat, is_decode_mode=False)
         k_fill = k if k.dtype == k_cache.dtype else ttnn.typecast(k, k_cache.dtype)
         v_fill = v if v.dtype == v_cache.dtype else ttnn.typecast(v, v_cache.dtype)
         ttnn.experimental.paged_fill_cache(k_cache, k_fill, fill_page_table, batch_idx=0)
@@ -76,10 +92,10 @@ class Attention:
             ttnn.deallocate(t)
         out = ttnn.experimental.nlp_concat_heads(attn)
         ttnn.deallocate(attn)
-        return ttnn.linear(out, self.wo)
+        return ttnn.linear(out, self.wo, bias=self.bo)
 
-    def forward_decode(self, x: Any, rot: tuple[Any, Any], trans_mat: Any, kv_cache: tuple[Any, Any],
-                       page_table: Any, current_pos: Any) -> Any:
+    def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], page_table: Any, current_pos: Any,
+                       rot: tuple[Any, Any] | None = None, trans_mat: Any = None) -> Any:
         """One token per user: ``x [1, 1, 32, dim]``, ``current_pos`` int32 ``[32]`` (``-1``: padding row)."""
         args = self.args
         k_cache, v_cache = kv_cache
@@ -88,9 +104,9 @@ class Attention:
             xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads,
             memory_config=ttnn.L1_HEIGHT_SHARDED_MEMORY_CONFIG)
         ttnn.deallocate(xqkv)
-        cos, sin = rot
-        q = ttnn.experimental.rotary_embedding_llama(q, cos, sin, trans_mat, is_decode_mode=True)
-        k = ttnn.experimental.rotary_embedding_llama(k, cos, sin, trans_mat, is_decode_mode=True)
+        if self.rotary:
+            q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=True)
+            k = ttnn.experimental.rotary_embedding_llama(k, *rot, trans_mat, is_decode_mode=True)
         ttnn.experimental.paged_update_cache(k_cache, k, update_idxs_tensor=current_pos, page_table=page_table)
         ttnn.experimental.paged_update_cache(v_cache, v, update_idxs_tensor=current_pos, page_table=page_table)
         attn = ttnn.transformer.paged_scaled_dot_product_attention_decode(
@@ -103,4 +119,4 @@ class Attention:
         out = ttnn.experimental.nlp_concat_heads_decode(attn_sharded, num_heads=args.n_heads)
         ttnn.deallocate(attn_sharded)
         out = ttnn.sharded_to_interleaved(out, ttnn.L1_MEMORY_CONFIG)
-        return ttnn.linear(out, self.wo)
+        return ttnn.linear(out, self.wo, bias=self.bo)

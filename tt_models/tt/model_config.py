@@ -41,7 +41,6 @@ class DecoderArgs:
     hidden_dim: int
     vocab_size: int
     norm_eps: float
-    qkv_bias: bool
     tie_word_embeddings: bool
     max_batch_size: int
     max_seq_len: int
@@ -68,8 +67,6 @@ class DecoderArgs:
             hidden_dim=hf_config.intermediate_size,
             vocab_size=hf_config.vocab_size,
             norm_eps=hf_config.rms_norm_eps,
-            # Qwen2 has biases on q/k/v; Llama may declare attention_bias.
-            qkv_bias=hf_config.model_type == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             max_batch_size=max_batch_size,
             max_seq_len=max_seq_len,

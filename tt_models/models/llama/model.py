@@ -9,17 +9,14 @@ import torch
 from tt_models.runtime import ttnn
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
-from tt_models.tt.lm_head import LMHead
+from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
+from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.rope import RotarySetup
 from tt_models.tt.weights import mesh_mapper, to_host
 
 TILE = 32
-
-
-def _ceil_to(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 class LlamaModel:
@@ -31,6 +28,7 @@ class LlamaModel:
         self.embedding = Embedding(state["model.embed_tokens.weight"], device)
         self.rope = RotarySetup(hf_config, args.head_dim, device, args.decode_rows)
         self.layers = [TransformerBlock(args, state, i, device, precision) for i in range(args.n_layers)]
+        self.n_layers = args.n_layers
         self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
         lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights)
@@ -45,44 +43,21 @@ class LlamaModel:
 
         ``page_table`` is the user's block row (entries past ``ceil(end / bs)`` may be stale: never used).
         """
-        for x in self.prefill_layers(tokens, start, end, page_table, kv_cache):
+        chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+        for x in self.prefill_layers(tokens, chunk, kv_cache):
             pass
-        last = end - 1 - self.chunk_start(start, kv_cache)
-        tile = last // TILE * TILE  # the LM head runs on the one tile holding the last token
-        x = ttnn.slice(self.norm.forward(x), (0, 0, tile, 0), (1, 1, tile + TILE, self.args.dim))
-        logits = to_host(self.lm_head.forward(x), self.device)
-        return logits[0, 0, last - tile].float()
+        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device)
 
-    @staticmethod
-    def chunk_start(start: int, kv_cache: list[list[Any]]) -> int:
-        """Prefill restarts at the block boundary before ``start``: ``paged_fill_cache`` writes whole tiles
-        from a block's start, so up to ``bs - 1`` cached tokens are recomputed (with identical K/V)."""
-        block_size = kv_cache[0][0].shape[2]
-        return start // block_size * block_size
-
-    def prefill_layers(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
-                       kv_cache: list[list[Any]]) -> Iterator[Any]:
-        """The hidden states ``[1, 1, S, dim]`` (S: the chunk padded to a tile) of the embedding and of each layer,
-        for positions ``chunk_start(start) .. end - 1``."""
-        block_size = kv_cache[0][0].shape[2]
-        chunk_start = self.chunk_start(start, kv_cache)
-        length = end - chunk_start
-        padded = _ceil_to(length, TILE)
-        ids = torch.zeros(padded, dtype=torch.int64)
-        ids[:length] = tokens[chunk_start:end]
-        x = self.embedding.forward(ids)
+    def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, kv_cache: list[list[Any]]) -> Iterator[Any]:
+        """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
+        x = self.embedding.forward(chunk.padded_tokens(tokens))
         yield x
-        rot = self.rope.prefill(chunk_start, padded)
-        own_blocks = page_table[: -(-end // block_size)]
-        fill_table = self._int_tensor(own_blocks[chunk_start // block_size:][None])
-        # Chunked SDPA reads ceil((chunk_start + padded) / bs) blocks; past the user's own, repeat its last
-        # block so that the padding queries never read another user's blocks.
-        needed = -(-(chunk_start + padded) // block_size)
-        read_blocks = torch.cat([own_blocks, own_blocks[-1:].expand(max(0, needed - len(own_blocks)))])
-        sdpa_table = self._int_tensor(read_blocks[None])
+        rot = self.rope.prefill(chunk.start, chunk.padded)
+        fill_table = self._int_tensor(chunk.fill_blocks[None])
+        sdpa_table = self._int_tensor(chunk.read_blocks[None])
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_prefill(x, cache, rot=rot, trans_mat=self.rope.trans_mat_prefill,
-                                      page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk_start)
+                                      page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk.start)
             yield x
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,

@@ -115,7 +115,9 @@ def from_device(tensor: Tensor, blocking: bool = True, *, queue_id: object = Non
 def to_layout(tensor: Tensor, layout: Layout, dtype: DataType | None = None,
               memory_config: MemoryConfig | None = None, sub_core_grids: CoreRangeSet | None = None,
               pad_value: float = 0.0) -> Tensor:
-    dtype = tensor.dtype if dtype is None else dtype
+    if dtype is None:
+        # block floats exist only in tiles: leaving TILE makes them bfloat16
+        dtype = DataType.BFLOAT16 if tensor.dtype in BLOCK_FLOAT_DTYPES and layout != Layout.TILE else tensor.dtype
     check(not (dtype in BLOCK_FLOAT_DTYPES and layout != Layout.TILE), "to_layout",
           f"{dtype.name} can only be in TILE layout")
     if tensor.device() is None:

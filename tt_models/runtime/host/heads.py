@@ -134,7 +134,9 @@ def nlp_concat_heads_decode(input_tensor: Tensor, *, num_heads: int, memory_conf
     _, users, heads, dim = input_tensor.shape
     check(users <= TILE_SIZE, op, f"batch {users} must be <= {TILE_SIZE}")
     check(num_heads <= heads, op, f"num_heads {num_heads} exceeds the input's {heads} head rows")
+    # The output's rows are the tile of users, padding included (as the real op reports them).
     out = input_tensor.value[0, :, :num_heads, :].reshape(1, 1, users, num_heads * dim)
+    out = torch.nn.functional.pad(out, (0, 0, 0, TILE_SIZE - users))
     if memory_config is None:
         grid = sub_core_grids or _cores(0, num_heads, input_tensor.device().compute_with_storage_grid_size())
         memory_config = _sharded(TensorMemoryLayout.WIDTH_SHARDED, grid, (TILE_SIZE, dim))

@@ -1,0 +1,66 @@
+"""Cross-attention over a paged cross KV cache (the core of encoder-decoder support).
+
+The encoder states of a request are projected to K/V once, at prefill, and written with
+``paged_fill_cache`` into the request's cross blocks (``cross_page_table``), from the same block pool as
+the self-attention KV. Every read, at prefill and at decode, goes through
+``paged_scaled_dot_product_attention_decode`` over the cross table, causal with
+``cur_pos = encoder_len - 1``: that attends exactly the encoder positions, needs no mask, and skips
+rows whose position is ``-1`` (decode padding). Prefill queries are handed to it as rows of at most
+32 "users" sharing one cross table row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tt_models.runtime import ttnn
+from tt_models.tt.weights import as_bias, as_linear_weight
+
+ROWS = 32  # query rows per decode-SDPA call
+
+
+class CrossAttention:
+    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any) -> None:
+        self.n_heads, self.head_dim = args.n_heads, args.head_dim
+        self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
+        self.wq = as_linear_weight(state[f"{prefix}q_proj.weight"], device, weight_dtype)
+        self.bq = as_bias(state[f"{prefix}q_proj.bias"], device)
+        wk, wv = state[f"{prefix}k_proj.weight"], state[f"{prefix}v_proj.weight"]
+        self.wkv = as_linear_weight(torch.cat([wk, wv]), device, weight_dtype)
+        bk = state.get(f"{prefix}k_proj.bias", torch.zeros(wk.shape[0]))  # Whisper's k_proj has no bias
+        self.bkv = as_bias(torch.cat([bk, state[f"{prefix}v_proj.bias"]]), device)
+        self.wo = as_linear_weight(state[f"{prefix}out_proj.weight"], device, weight_dtype)
+        self.bo = as_bias(state[f"{prefix}out_proj.bias"], device)
+
+    def fill(self, encoder_states: Any, kv_cache: tuple[Any, Any], cross_page_table: Any) -> None:
+        """Project ``encoder_states [1, 1, S_enc, dim]`` to K/V and write them to the cross blocks
+        (``cross_page_table [1, ceil(S_enc / bs)]``)."""
+        k_cache, v_cache = kv_cache
+        length, heads, dim = encoder_states.shape[2], self.n_heads, self.head_dim
+        kv = ttnn.linear(encoder_states, self.wkv, bias=self.bkv)
+        kv = ttnn.permute(ttnn.reshape(kv, (1, length, 2 * heads, dim)), (0, 2, 1, 3))
+        for cache, first in ((k_cache, 0), (v_cache, heads)):
+            part = ttnn.slice(kv, (0, first, 0, 0), (1, first + heads, length, dim))
+            if part.dtype != cache.dtype:
+                part = ttnn.typecast(part, cache.dtype)
+            ttnn.experimental.paged_fill_cache(cache, part, cross_page_table, batch_idx=0)
+            ttnn.deallocate(part)
+        ttnn.deallocate(kv)
+
+    def forward(self, x: Any, kv_cache: tuple[Any, Any], cross_page_tables: list[Any], cross_positions: list[Any]) -> Any:
+        """``x [1, 1, R, dim]``; per group of 32 rows, the cross table rows and ``encoder_len - 1`` (or -1)."""
+        rows, heads, dim = x.shape[2], self.n_heads, self.head_dim
+        q = ttnn.linear(x, self.wq, bias=self.bq)
+        outputs = []
+        for group, (table, positions) in enumerate(zip(cross_page_tables, cross_positions)):
+            start, end = group * ROWS, min(rows, (group + 1) * ROWS)
+            q_rows = q if len(cross_page_tables) == 1 else ttnn.slice(q, (0, 0, start, 0), (1, 1, end, heads * dim))
+            q_rows = ttnn.reshape(q_rows, (1, end - start, heads, dim))
+            attn = ttnn.transformer.paged_scaled_dot_product_attention_decode(
+                q_rows, kv_cache[0], kv_cache[1], page_table_tensor=table, cur_pos_tensor=positions,
+                scale=self.scale, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+            outputs.append(ttnn.reshape(attn, (1, 1, end - start, heads * dim)))
+        out = outputs[0] if len(outputs) == 1 else ttnn.concat(outputs, dim=2)
+        return ttnn.linear(out, self.wo, bias=self.bo)

@@ -1,0 +1,98 @@
+"""Contract plumbing shared by the generator classes TT vLLM loads.
+
+A generator holds one model replica per data-parallel submesh (``tt_data_parallel``), each serving a
+contiguous range of ``max_batch_size / tt_data_parallel`` batch slots, and one paged KV cache per replica.
+TT vLLM calls every method with keywords and keeps adding new ones, so each takes ``**kwargs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from tt_models.runtime import ttnn, use
+from tt_models.tt.kv_cache import allocate_paged_kv_cache
+from tt_models.tt.weights import to_host
+
+
+def as_torch(values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A runner argument (torch tensor, numpy array or list) as a torch tensor."""
+    if isinstance(values, torch.Tensor):
+        return values.to(dtype)
+    return torch.as_tensor(np.asarray(values), dtype=dtype)
+
+
+class Generator:
+    model_capabilities: dict[str, Any] = {}
+
+    def __init__(self, models: list[Any], devices: list[Any], max_batch_size: int) -> None:
+        """``models``: one replica per device, each with ``n_layers`` and ``precision``."""
+        self.models = models
+        self.devices = devices
+        self.max_batch_size = max_batch_size
+        self.users_per_replica = max_batch_size // len(models)
+
+    @classmethod
+    def build_replicas(cls, mesh_device: Any, max_batch_size: int, tt_data_parallel: int,
+                       build: Callable[[Any, int], Any]) -> "Generator":
+        """Split the mesh into ``tt_data_parallel`` submeshes and ``build(device, users)`` a replica on each
+        (a multi-chip mesh without data parallelism holds one replica, replicated over its chips)."""
+        if tt_data_parallel < 1 or max_batch_size % tt_data_parallel:
+            raise ValueError(f"tt_data_parallel={tt_data_parallel} must divide max_batch_size={max_batch_size}")
+        with use(mesh_device):
+            devices = [mesh_device]
+            if tt_data_parallel > 1:
+                chips = mesh_device.get_num_devices()
+                if chips % tt_data_parallel:
+                    raise ValueError(f"tt_data_parallel={tt_data_parallel} does not divide the {chips}-chip mesh")
+                devices = mesh_device.create_submeshes(ttnn.MeshShape(1, chips // tt_data_parallel))
+        users = max_batch_size // tt_data_parallel
+        models = []
+        for device in devices:
+            with use(device):
+                models.append(build(device, users))
+        return cls(models, devices, max_batch_size)
+
+    @classmethod
+    def get_max_tokens_all_users(cls, *, max_model_len: int = 4096, max_num_seqs: int = 32, **kwargs: Any) -> int:
+        """KV tokens for every user at full length."""
+        return max_model_len * max_num_seqs
+
+    def allocate_kv_cache(self, kv_cache_shape: Sequence[int], dtype: Any = None, num_layers: int | None = None,
+                          **kwargs: Any) -> list[list[list[Any]]]:
+        """``[replica][layer] -> [K, V]`` in the optimizations profile's dtype (``dtype`` is vLLM's torch
+        dtype, ignored as tt-metal does)."""
+        caches = []
+        for model, device in zip(self.models, self.devices):
+            with use(device):
+                layers = num_layers or model.n_layers
+                caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device))
+        return caches
+
+    def replica_of_slot(self, slot: int) -> int:
+        return slot // self.users_per_replica
+
+    def replica_rows(self, replica: int) -> slice:
+        return slice(replica * self.users_per_replica, (replica + 1) * self.users_per_replica)
+
+    def check_decode_batch(self, *rows: torch.Tensor) -> None:
+        for t in rows:
+            if t.shape[0] != self.max_batch_size:
+                raise ValueError(f"decode batch {t.shape[0]} != max_batch_size {self.max_batch_size}: "
+                                 f"TT vLLM pads decode to max_num_seqs")
+
+    def read_decode_output(self, tt_out: Any, async_read: bool = False, **kwargs: Any) -> Any:
+        host = self.process_decode_output_host(tt_out)
+        return (host, []) if async_read else host
+
+    def process_decode_output_host(self, tt_out: Any, is_tokens: bool = False, **kwargs: Any) -> torch.Tensor:
+        """Logits ``[B, 1, V]`` from the raw device outputs (one per replica) or from already-read host logits."""
+        if isinstance(tt_out, torch.Tensor):
+            return tt_out
+        rows = []
+        for out, device in zip(tt_out, self.devices):
+            with use(device):
+                rows.append(to_host(out, device)[0, 0, : self.users_per_replica].float())
+        return torch.cat(rows)[:, None, :]

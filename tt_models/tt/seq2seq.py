@@ -1,0 +1,151 @@
+"""The decoder side of an encoder-decoder model: embeddings, cross-decoder layers, final norm, LM head.
+
+Whisper and BART differ only in how tokens are embedded (scale, position offset, embedding LayerNorm),
+norm placement and a final logits bias, all read from their HF configs by :class:`Seq2SeqArgs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tt_models.runtime import ttnn
+from tt_models.tt.cross_attention import ROWS
+from tt_models.tt.embedding import Embedding
+from tt_models.tt.lm_head import LMHead, last_token_logits
+from tt_models.tt.model_config import Precision
+from tt_models.tt.norm import LayerNorm
+from tt_models.tt.paged_inputs import PrefillChunk
+from tt_models.tt.seq2seq_layers import CrossDecoderLayer
+from tt_models.tt.weights import mesh_mapper
+
+
+@dataclass(frozen=True)
+class Seq2SeqArgs:
+    dim: int
+    n_heads: int
+    head_dim: int
+    encoder_layers: int
+    decoder_layers: int
+    vocab_size: int
+    eps: float
+    pre_norm: bool
+    activation: str
+    max_source_positions: int  # encoder positions (Whisper: after the stride-2 conv)
+    max_target_positions: int
+    embed_scale: float
+    position_offset: int  # BART's learned positions start at index 2
+    max_batch_size: int
+    sliding_window: int | None = None
+    decode_rows: int = 32
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.n_heads
+
+    @classmethod
+    def from_hf(cls, hf_config: Any, *, max_batch_size: int) -> "Seq2SeqArgs":
+        heads = hf_config.decoder_attention_heads
+        if hf_config.encoder_attention_heads != heads or hf_config.encoder_ffn_dim != hf_config.decoder_ffn_dim:
+            raise ValueError("encoder and decoder must share head count and FFN width")
+        head_dim = hf_config.d_model // heads
+        if head_dim % 32:
+            raise ValueError(f"head_dim {head_dim} is not a multiple of 32, which TT-NN's attention ops require")
+        if max_batch_size > cls.decode_rows:
+            raise ValueError(f"max_batch_size {max_batch_size} > {cls.decode_rows}: TT-NN decode holds at most "
+                             f"{cls.decode_rows} users per device (use data parallelism)")
+        whisper = hf_config.model_type == "whisper"
+        return cls(
+            dim=hf_config.d_model,
+            n_heads=heads,
+            head_dim=head_dim,
+            encoder_layers=hf_config.encoder_layers,
+            decoder_layers=hf_config.decoder_layers,
+            vocab_size=hf_config.vocab_size,
+            eps=1e-5,  # HF's nn.LayerNorm default, used by Whisper, BART and MBart
+            pre_norm=hf_config.model_type in ("whisper", "mbart"),
+            activation=hf_config.activation_function,
+            max_source_positions=hf_config.max_source_positions if whisper else hf_config.max_position_embeddings,
+            max_target_positions=hf_config.max_target_positions if whisper else hf_config.max_position_embeddings,
+            embed_scale=hf_config.d_model ** 0.5 if getattr(hf_config, "scale_embedding", False) else 1.0,
+            position_offset=0 if whisper else 2,
+            max_batch_size=max_batch_size,
+        )
+
+
+class Seq2SeqDecoder:
+    def __init__(self, args: Seq2SeqArgs, state: dict[str, torch.Tensor], device: Any, precision: Precision, *,
+                 lm_head: torch.Tensor, lm_head_bias: torch.Tensor | None = None) -> None:
+        prefix = "model.decoder."
+        self.args, self.device = args, device
+        self.embed_tokens = Embedding(state[f"{prefix}embed_tokens.weight"], device)
+        self.embed_positions = Embedding(state[f"{prefix}embed_positions.weight"], device)
+        self.embedding_norm = (LayerNorm(state[f"{prefix}layernorm_embedding.weight"],
+                                         state[f"{prefix}layernorm_embedding.bias"], args.eps, device)
+                               if f"{prefix}layernorm_embedding.weight" in state else None)
+        self.layers = [CrossDecoderLayer(args, state, f"{prefix}layers.{i}.", device, precision)
+                       for i in range(args.decoder_layers)]
+        self.final_norm = (LayerNorm(state[f"{prefix}layer_norm.weight"], state[f"{prefix}layer_norm.bias"], args.eps,
+                                     device) if f"{prefix}layer_norm.weight" in state else None)
+        self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, lm_head_bias)
+
+    def _int_tensor(self, values: torch.Tensor) -> Any:
+        return ttnn.from_torch(values.to(torch.int32).contiguous(), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                               device=self.device, mesh_mapper=mesh_mapper(self.device))
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> Any:
+        x = self.embed_tokens.forward(tokens)
+        if self.args.embed_scale != 1.0:
+            x = ttnn.multiply(x, self.args.embed_scale)
+        x = ttnn.add(x, self.embed_positions.forward(positions + self.args.position_offset))
+        return x if self.embedding_norm is None else self.embedding_norm.forward(x)
+
+    def _cross_inputs(self, tables: torch.Tensor, positions: torch.Tensor) -> tuple[list[Any], list[Any]]:
+        """Cross page tables and ``encoder_len - 1`` positions as device tensors, per group of 32 query rows."""
+        groups = range(0, tables.shape[0], ROWS)
+        return ([self._int_tensor(tables[g: g + ROWS]) for g in groups],
+                [self._int_tensor(positions[g: g + ROWS]) for g in groups])
+
+    def fill_cross(self, encoder_states: Any, encoder_len: int, cross_row: torch.Tensor,
+                   kv_cache: list[list[Any]]) -> None:
+        """Write one request's cross K/V (every layer) into its cross blocks."""
+        block_size = kv_cache[0][0].shape[2]
+        table = self._int_tensor(cross_row[None, : -(-encoder_len // block_size)])
+        for layer, cache in zip(self.layers, kv_cache):
+            layer.cross_attn.fill(encoder_states, cache, table)
+
+    def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor, cross_row: torch.Tensor,
+                encoder_len: int, kv_cache: list[list[Any]]) -> torch.Tensor:
+        """Decoder positions ``start .. end - 1`` of one request (its cross K/V already in its cross blocks);
+        the logits of position ``end - 1``."""
+        chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+        x = self.embed(chunk.padded_tokens(tokens), torch.arange(chunk.start, chunk.start + chunk.padded))
+        cross = self._cross_inputs(cross_row[None].expand(chunk.padded, -1),
+                                   torch.full((chunk.padded,), encoder_len - 1))
+        fill_table = self._int_tensor(chunk.fill_blocks[None])
+        sdpa_table = self._int_tensor(chunk.read_blocks[None])
+        for layer, cache in zip(self.layers, kv_cache):
+            x = layer.forward_prefill(x, cache, cross, page_table=sdpa_table, fill_page_table=fill_table,
+                                      chunk_start=chunk.start)
+        return last_token_logits(x, chunk, self.final_norm, self.lm_head, self.device)
+
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
+               cross_page_table: torch.Tensor, encoder_lens: torch.Tensor, kv_cache: list[list[Any]]) -> Any:
+        """One token per user (``positions`` ``-1``: padding row); device logits ``[1, 1, 32, V]``."""
+        pad = self.args.decode_rows - tokens.shape[0]
+        tokens = torch.nn.functional.pad(tokens, (0, pad))
+        positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
+        page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
+        cross_page_table = torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad))
+        encoder_lens = torch.nn.functional.pad(encoder_lens, (0, pad))
+        x = self.embed(tokens, positions.clamp(min=0))
+        cross = self._cross_inputs(cross_page_table, torch.where(positions >= 0, encoder_lens - 1, -1))
+        current_pos = self._int_tensor(positions)
+        table = self._int_tensor(page_table)
+        for layer, cache in zip(self.layers, kv_cache):
+            x = layer.forward_decode(x, cache, cross, page_table=table, current_pos=current_pos)
+        if self.final_norm is not None:
+            x = self.final_norm.forward(x)
+        return self.lm_head.forward(x)
