@@ -11,6 +11,7 @@ from tests.models.hf_reference import TINY_CONFIGS, pcc, tiny_model
 from tt_models.models.llama.model import LlamaModel
 from tt_models.runtime import use
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
+from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.weights import to_host
 
 THRESHOLD = {"accuracy": 0.999, "performance": 0.99}
@@ -41,7 +42,8 @@ def test_prefill_layers_and_logits_match_hf(host_device, name, profile):
         kv = allocate_paged_kv_cache((8, hf.config.num_key_value_heads, BLOCK, model.args.head_dim),
                                      model.args.n_layers, model.precision.kv_cache, host_device)
         page_table = torch.tensor([5, 2, 7, 0], dtype=torch.int32)
-        states = [to_host(x, host_device)[0, 0, :SEQ] for x in model.prefill_layers(tokens, 0, SEQ, page_table, kv)]
+        chunk = PrefillChunk.of(page_table, 0, SEQ, BLOCK)
+        states = [to_host(x, host_device)[0, 0, :SEQ] for x in model.prefill_layers(tokens, chunk, kv)]
         logits = model.prefill(tokens, 0, SEQ, page_table, kv)
     layer_pcc = [pcc(ours, ref) for ours, ref in zip(states[1:], hf_layers)]
     logits_pcc = pcc(logits, hf_logits[-1])

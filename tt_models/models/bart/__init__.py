@@ -1,0 +1,1 @@
+"""BART and MBart (HF ``BartForConditionalGeneration``, ``MBartForConditionalGeneration``)."""

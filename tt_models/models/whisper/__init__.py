@@ -1,0 +1,1 @@
+"""Whisper (HF ``WhisperForConditionalGeneration``): speech recognition and translation."""

@@ -1,0 +1,170 @@
+"""The TT vLLM contract for encoder-decoder models, with paged cross-attention.
+
+Extension of the decoder-only contract (documented in the README):
+- ``max_cross_attn_tokens``: the largest encoder length (cross blocks per request: ceil(it / block_size)).
+- ``prefill_forward(..., cross_page_table, encoder_inputs, encoder_lens)``: ``encoder_inputs[i]`` is the
+  row's encoder input (``{"input_features": ...}`` or ``{"input_ids": ...}``), or ``None`` when the row's
+  cross K/V is already in its cross blocks (a later chunk, a recomputation).
+- ``decode_forward(..., cross_page_table, encoder_lens)``, padded like the self tables
+  (``encoder_lens = 0`` in padding rows).
+- ``encode_forward(encoder_inputs)``: encoder states only, for an encoder that runs apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.runtime import use
+from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.model_config import Precision
+from tt_models.tt.seq2seq import Seq2SeqArgs, Seq2SeqDecoder
+from tt_models.tt.weights import to_host
+
+
+@dataclass
+class Seq2SeqModel:
+    """One replica: an encoder (``forward(encoder_input) -> [1, 1, S, dim]``) and a :class:`Seq2SeqDecoder`."""
+
+    args: Seq2SeqArgs
+    precision: Precision
+    encoder: Any
+    decoder: Seq2SeqDecoder
+
+    @property
+    def n_layers(self) -> int:
+        return self.args.decoder_layers
+
+
+class Seq2SeqGenerator(Generator):
+    max_cross_attn_tokens: int
+    encoder_input_key: str  # "input_features" (audio) or "input_ids" (text)
+
+    @classmethod
+    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 448,
+                              tt_data_parallel: int = 1, optimizations: str | None = None,
+                              **kwargs: Any) -> "Seq2SeqGenerator":
+        """Weights come from ``hf_config._name_or_path`` (an HF directory, local-cache id or checkpoint alias)."""
+        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
+        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, tt_data_parallel=tt_data_parallel,
+                                   optimizations=optimizations)
+
+    @classmethod
+    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
+                        tt_data_parallel: int = 1, optimizations: str | None = None) -> "Seq2SeqGenerator":
+        def build(device: Any, users: int) -> Seq2SeqModel:
+            args = Seq2SeqArgs.from_hf(hf_config, max_batch_size=users)
+            precision = Precision.for_profile(optimizations)
+            return Seq2SeqModel(args, precision, cls.build_encoder(args, state, device, precision),
+                                cls.build_decoder(args, state, device, precision))
+
+        generator = cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, build)
+        generator.max_cross_attn_tokens = generator.models[0].args.max_source_positions
+        return generator
+
+    @classmethod
+    def build_encoder(cls, args: Seq2SeqArgs, state: dict[str, torch.Tensor], device: Any, precision: Precision) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def build_decoder(cls, args: Seq2SeqArgs, state: dict[str, torch.Tensor], device: Any,
+                      precision: Precision) -> Seq2SeqDecoder:
+        raise NotImplementedError
+
+    def _encoder_input(self, entry: Any, row: int) -> torch.Tensor:
+        if not isinstance(entry, dict) or self.encoder_input_key not in entry:
+            raise ValueError(f"encoder_inputs[{row}] must be a dict with {self.encoder_input_key!r} (or None)")
+        return torch.as_tensor(entry[self.encoder_input_key])
+
+    def encode_forward(self, encoder_inputs: list[Any], **kwargs: Any) -> list[torch.Tensor]:
+        """Encoder states ``[S_enc, dim]`` for each input (on the first replica)."""
+        model, device = self.models[0], self.devices[0]
+        with use(device):
+            return [to_host(model.encoder.forward(self._encoder_input(entry, row)), device)[0, 0].float()
+                    for row, entry in enumerate(encoder_inputs)]
+
+    def dummy_encoder_input(self, args: Seq2SeqArgs) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
+                             **kwargs: Any) -> None:
+        """Compile the encoder and prefill paths. Every block written is ``-1`` (skipped by the fill ops), so
+        the cache is untouched; the cross read goes to block 0 and its result is discarded."""
+        if kv_cache is None:
+            return
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            cache = kv_cache[replica]
+            block_size = cache[0][0].shape[2]
+            with use(device):
+                states = model.encoder.forward(self._encoder_input(self.dummy_encoder_input(model.args), 0))
+                length = states.shape[2]
+                unwritten = torch.full((-(-length // block_size),), -1, dtype=torch.int32)
+                model.decoder.fill_cross(states, length, unwritten, cache)
+                model.decoder.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
+                                      torch.full((1,), -1, dtype=torch.int32), torch.zeros_like(unwritten), length,
+                                      cache)
+
+    def warmup_model_decode(self, kv_cache: Any = None, enable_trace: bool = False, max_batch_size: int | None = None,
+                            num_blocks: int | None = None, can_sample_on_device: bool = False, **kwargs: Any) -> None:
+        """Compile the decode path with every row a padding row (no cache reads or writes)."""
+        if kv_cache is None:
+            return
+        users = self.users_per_replica
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            with use(device):
+                model.decoder.decode(torch.zeros(users, dtype=torch.int64), torch.full((users,), -1),
+                                     torch.zeros(users, num_blocks or 1, dtype=torch.int32),
+                                     torch.zeros(users, 1, dtype=torch.int32), torch.zeros(users, dtype=torch.int64),
+                                     kv_cache[replica])
+
+    def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
+                        cross_page_table: Any, encoder_inputs: list[Any], encoder_lens: Any,
+                        enable_trace: bool = False, empty_slots: Any = None, **kwargs: Any) -> torch.Tensor:
+        """Logits ``[n, 1, V]`` of each row's last decoder position ``prompt_lens[i] - 1``."""
+        tokens, page_table = as_torch(tokens), as_torch(page_table, torch.int32)
+        cross_page_table, encoder_lens = as_torch(cross_page_table, torch.int32), as_torch(encoder_lens).tolist()
+        ends = as_torch(prompt_lens).tolist()
+        starts = [0] * len(ends) if start_pos is None else as_torch(start_pos).tolist()
+        slots = list(range(len(ends))) if empty_slots is None else as_torch(empty_slots).tolist()
+        if not len(encoder_inputs) == len(encoder_lens) == len(ends):
+            raise ValueError(f"{len(ends)} prefill rows, {len(encoder_inputs)} encoder_inputs, "
+                             f"{len(encoder_lens)} encoder_lens")
+        out = []
+        for row, (start, end, slot, entry, encoder_len) in enumerate(
+                zip(starts, ends, slots, encoder_inputs, encoder_lens)):
+            if not 0 <= start < end <= tokens.shape[1]:
+                raise ValueError(f"prefill row {row}: need 0 <= start_pos ({start}) < prompt_len ({end}) "
+                                 f"<= tokens width ({tokens.shape[1]})")
+            if not 0 < encoder_len <= self.max_cross_attn_tokens:
+                raise ValueError(f"prefill row {row}: encoder_len {encoder_len} outside 1..{self.max_cross_attn_tokens}")
+            replica = self.replica_of_slot(slot)
+            model, device, cache = self.models[replica], self.devices[replica], kv_cache[replica]
+            with use(device):
+                if entry is not None:
+                    states = model.encoder.forward(self._encoder_input(entry, row))
+                    if states.shape[2] != encoder_len:
+                        raise ValueError(f"prefill row {row}: the encoder gives {states.shape[2]} positions, "
+                                         f"encoder_lens says {encoder_len}")
+                    model.decoder.fill_cross(states, encoder_len, cross_page_table[row], cache)
+                out.append(model.decoder.prefill(tokens[row], start, end, page_table[row], cross_page_table[row],
+                                                 encoder_len, cache))
+        return torch.stack(out)[:, None, :]
+
+    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, cross_page_table: Any,
+                       encoder_lens: Any, enable_trace: bool = False, read_from_device: bool = True,
+                       **kwargs: Any) -> Any:
+        """One decoder token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``."""
+        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
+        encoder_lens = as_torch(encoder_lens)
+        self.check_decode_batch(tokens, positions, page_table, cross_page_table, encoder_lens)
+        outputs = []
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            rows = self.replica_rows(replica)
+            with use(device):
+                outputs.append(model.decoder.decode(tokens[rows], positions[rows], page_table[rows],
+                                                    cross_page_table[rows], encoder_lens[rows], kv_cache[replica]))
+        return self.process_decode_output_host(outputs) if read_from_device else outputs
