@@ -2,7 +2,10 @@
 
 Keyword calls only; prefill rows unpadded with stale, non-zero tails in token and page-table rows; decode
 padded to ``max_batch_size`` with token 0, ``start_pos = -1`` and zero page-table rows in free slots;
-requests join and leave between steps. Blocks come from one shuffled pool.
+requests join and leave between steps. Blocks come from one shuffled pool. For encoder-decoder models
+(``cross_width`` set) each request also gets cross blocks from that same pool, and the calls carry the
+cross tables (stale tails included), ``encoder_inputs`` (``None`` once a request's cross K/V is cached)
+and ``encoder_lens`` (0 in decode padding rows).
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ class Request:
     slot: int = -1
     blocks: list[int] = field(default_factory=list)
     computed: int = 0  # tokens whose KV is in the cache
+    encoder_input: dict | None = None
+    encoder_len: int = 0
+    cross_blocks: list[int] = field(default_factory=list)
 
 
 class VllmDriver:
     def __init__(self, model, kv_cache, *, max_batch_size: int, num_blocks: int, block_size: int, width: int,
-                 seed: int = 0) -> None:
-        self.model, self.kv_cache = model, kv_cache
+                 seed: int = 0, cross_width: int = 0) -> None:
+        self.model, self.kv_cache, self.cross_width = model, kv_cache, cross_width
         self.max_batch_size, self.block_size, self.width = max_batch_size, block_size, width
         self.rng = random.Random(seed)
         self.free_blocks = list(range(num_blocks))
@@ -38,10 +44,16 @@ class VllmDriver:
         while len(request.blocks) * self.block_size < length:
             request.blocks.append(self.free_blocks.pop())
 
-    def _page_row(self, request: Request) -> list[int]:
+    def _stale_row(self, request: Request, own: list[int], width: int) -> list[int]:
         # Columns past the request's own blocks name other live requests' blocks (the runner never clears them).
-        others = [b for r in self.slots if r is not None and r is not request for b in r.blocks] or [1]
-        return request.blocks + [self.rng.choice(others) for _ in range(self.width - len(request.blocks))]
+        others = [b for r in self.slots if r is not None and r is not request for b in r.blocks + r.cross_blocks]
+        return own + [self.rng.choice(others or [1]) for _ in range(width - len(own))]
+
+    def _page_row(self, request: Request) -> list[int]:
+        return self._stale_row(request, request.blocks, self.width)
+
+    def _cross_row(self, request: Request) -> list[int]:
+        return self._stale_row(request, request.cross_blocks, self.cross_width)
 
     def _token_row(self, request: Request, width: int) -> list[int]:
         return request.tokens + [self.stale_tokens] * (width - len(request.tokens))
@@ -53,14 +65,22 @@ class VllmDriver:
 
     def remove(self, request: Request) -> None:
         self.slots[request.slot] = None
-        self.free_blocks.extend(request.blocks)
-        request.blocks = []
+        self.free_blocks.extend(request.blocks + request.cross_blocks)
+        request.blocks, request.cross_blocks = [], []
 
     def prefill(self, requests: list[Request]) -> torch.Tensor:
         """Prefill each request's uncomputed tokens; logits ``[n, V]``."""
         for r in requests:
             self._grow(r, len(r.tokens))
         width = max(len(r.tokens) for r in requests)
+        extra = {}
+        if self.cross_width:
+            encoder_inputs = [None if r.cross_blocks else r.encoder_input for r in requests]
+            for r in requests:
+                while len(r.cross_blocks) * self.block_size < r.encoder_len:
+                    r.cross_blocks.append(self.free_blocks.pop())
+            extra = dict(cross_page_table=torch.tensor([self._cross_row(r) for r in requests], dtype=torch.int32),
+                         encoder_inputs=encoder_inputs, encoder_lens=np.array([r.encoder_len for r in requests]))
         out = self.model.prefill_forward(
             tokens=torch.tensor([self._token_row(r, width) for r in requests], dtype=torch.int32),
             page_table=torch.tensor([self._page_row(r) for r in requests], dtype=torch.int32),
@@ -69,6 +89,7 @@ class VllmDriver:
             start_pos=np.array([r.computed for r in requests], dtype=np.int32),
             enable_trace=False,
             empty_slots=[r.slot for r in requests],
+            **extra,
         )
         for r in requests:
             r.computed = len(r.tokens)
@@ -80,14 +101,20 @@ class VllmDriver:
         tokens = torch.zeros(self.max_batch_size, 1, dtype=torch.int32)
         start_pos = torch.full((self.max_batch_size,), -1, dtype=torch.int32)
         page_table = torch.zeros(self.max_batch_size, self.width, dtype=torch.int32)
+        cross_table = torch.zeros(self.max_batch_size, self.cross_width, dtype=torch.int32)
+        encoder_lens = torch.zeros(self.max_batch_size, dtype=torch.int32)
         for slot, r in enumerate(self.slots):
             if r is not None:
                 self._grow(r, len(r.tokens))
                 tokens[slot, 0] = r.tokens[-1]
                 start_pos[slot] = len(r.tokens) - 1
                 page_table[slot] = torch.tensor(self._page_row(r))
+                if self.cross_width:
+                    cross_table[slot] = torch.tensor(self._cross_row(r))
+                    encoder_lens[slot] = r.encoder_len
+        extra = dict(cross_page_table=cross_table, encoder_lens=encoder_lens) if self.cross_width else {}
         raw = self.model.decode_forward(tokens=tokens, start_pos=start_pos, page_table=page_table,
-                                        kv_cache=self.kv_cache, enable_trace=False, read_from_device=False)
+                                        kv_cache=self.kv_cache, enable_trace=False, read_from_device=False, **extra)
         out = self.model.process_decode_output_host(raw, is_tokens=False)
         assert out.shape[:2] == (self.max_batch_size, 1)
         for r in self.slots:

@@ -7,7 +7,7 @@ norm placement and a final logits bias, all read from their HF configs by :class
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -121,7 +121,15 @@ class Seq2SeqDecoder:
         """Decoder positions ``start .. end - 1`` of one request (its cross K/V already in its cross blocks);
         the logits of position ``end - 1``."""
         chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+        for x in self.prefill_layers(tokens, chunk, cross_row, encoder_len, kv_cache):
+            pass
+        return last_token_logits(x, chunk, self.final_norm, self.lm_head, self.device)
+
+    def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, cross_row: torch.Tensor, encoder_len: int,
+                       kv_cache: list[list[Any]]) -> Iterator[Any]:
+        """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
         x = self.embed(chunk.padded_tokens(tokens), torch.arange(chunk.start, chunk.start + chunk.padded))
+        yield x
         cross = self._cross_inputs(cross_row[None].expand(chunk.padded, -1),
                                    torch.full((chunk.padded,), encoder_len - 1))
         fill_table = self._int_tensor(chunk.fill_blocks[None])
@@ -129,7 +137,7 @@ class Seq2SeqDecoder:
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_prefill(x, cache, cross, page_table=sdpa_table, fill_page_table=fill_table,
                                       chunk_start=chunk.start)
-        return last_token_logits(x, chunk, self.final_norm, self.lm_head, self.device)
+            yield x
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                cross_page_table: torch.Tensor, encoder_lens: torch.Tensor, kv_cache: list[list[Any]]) -> Any:

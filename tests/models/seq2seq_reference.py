@@ -1,0 +1,51 @@
+"""Tiny random HF encoder-decoder models (Whisper English-only and multilingual, BART, MBart) and their inputs."""
+
+from __future__ import annotations
+
+import torch
+from transformers import (BartConfig, BartForConditionalGeneration, MBartConfig, MBartForConditionalGeneration,
+                          WhisperConfig, WhisperForConditionalGeneration)
+
+from tt_models.models.bart.generator import BartForConditionalGeneration as TTBart
+from tt_models.models.bart.generator import MBartForConditionalGeneration as TTMBart
+from tt_models.models.whisper.generator import WhisperForConditionalGeneration as TTWhisper
+
+SIZES = dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+             encoder_ffn_dim=256, decoder_ffn_dim=256)
+WHISPER = dict(num_mel_bins=80, max_source_positions=64, max_target_positions=64, decoder_start_token_id=50257,
+               pad_token_id=50256, bos_token_id=50257, eos_token_id=50256)
+# English-only Whisper has 51864 tokens, multilingual 51865 (language and task tokens).
+CASES = {
+    "whisper-en": (lambda: WhisperConfig(**SIZES, **WHISPER, vocab_size=51864), WhisperForConditionalGeneration, TTWhisper),
+    "whisper-multilingual": (lambda: WhisperConfig(**SIZES, **WHISPER, vocab_size=51865),
+                             WhisperForConditionalGeneration, TTWhisper),
+    "bart": (lambda: BartConfig(**SIZES, vocab_size=320, max_position_embeddings=128), BartForConditionalGeneration,
+             TTBart),
+    "mbart": (lambda: MBartConfig(**SIZES, vocab_size=320, max_position_embeddings=128, scale_embedding=True),
+              MBartForConditionalGeneration, TTMBart),
+}
+
+
+def tiny_seq2seq(name: str, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    make_config, hf_class, _ = CASES[name]
+    config = make_config()
+    config.attn_implementation = "eager"
+    model = hf_class(config).eval()
+    with torch.no_grad():  # HF initializes biases to zero: make them count
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("bias"):
+                param.normal_(0, 0.3)
+    return model
+
+
+def encoder_input(model: torch.nn.Module, length: int, seed: int) -> tuple[dict, dict, int]:
+    """(our encoder input, HF's keyword arguments, encoder length) for a random input of ``length``
+    (Whisper: always its full window)."""
+    g = torch.Generator().manual_seed(seed)
+    config = model.config
+    if config.model_type == "whisper":
+        features = torch.randn(config.num_mel_bins, 2 * config.max_source_positions, generator=g)
+        return {"input_features": features}, {"input_features": features[None]}, config.max_source_positions
+    ids = torch.randint(3, config.vocab_size, (length,), generator=g)
+    return {"input_ids": ids}, {"input_ids": ids[None]}, length
