@@ -1,5 +1,8 @@
 """Load a real checkpoint as an HF config, an HF-named state dict and its tokenizer.
 
+CTranslate2 Whisper directories (faster-whisper's ``model.bin``) are read by ``whisper_ct2`` instead, which
+maps them to HF ``WhisperForConditionalGeneration`` names and adds the processor and generation config.
+
 Everything goes through HF transformers' own loaders, so their weight renaming is reused: for GGUF
 that includes undoing llama.cpp's Q/K row permutation and dequantizing (always to dense tensors, via
 ``GgufConfig(dequantize=True)``). The weights are loaded once, into an HF model whose tensors the
@@ -20,14 +23,26 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     GgufConfig,
     PretrainedConfig,
     PreTrainedTokenizerBase,
+    ProcessorMixin,
 )
 
 from tt_models.checkpoints.smollm2 import smollm2_135m_instruct_path
+from tt_models.checkpoints.whisper_ct2 import (
+    is_ct2_directory,
+    load_ct2_whisper,
+    whisper_base_path,
+    whisper_tiny_en_path,
+)
 
-ALIASES: dict[str, Callable[[], Path]] = {"smollm2-135m-instruct": smollm2_135m_instruct_path}
+ALIASES: dict[str, Callable[[], Path]] = {
+    "smollm2-135m-instruct": smollm2_135m_instruct_path,
+    "whisper-tiny.en": whisper_tiny_en_path,
+    "whisper-base": whisper_base_path,
+}
 """Short names (matched case-insensitively) for checkpoints installed as Python packages."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -39,16 +54,21 @@ class Checkpoint:
 
     With tied embeddings ``lm_head.weight`` is present and shares storage with
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
+    ``processor`` (feature extractor + tokenizer) and ``generation_config`` are set for speech models
+    (CTranslate2 Whisper), None otherwise.
     """
 
     config: PretrainedConfig
     state_dict: dict[str, torch.Tensor]
     tokenizer: PreTrainedTokenizerBase | None
     source: Path
+    processor: ProcessorMixin | None = None
+    generation_config: GenerationConfig | None = None
 
 
 def load_hf_checkpoint(model: str | Path, *, torch_dtype: torch.dtype = torch.float32) -> Checkpoint:
-    """Load ``model``: an HF directory, a ``.gguf`` file, a hub id in the local cache, or an alias.
+    """Load ``model``: an HF directory, a ``.gguf`` file, a CTranslate2 Whisper directory, a hub id in the
+    local cache, or an alias (``ALIASES``).
 
     Raises FileNotFoundError when the path does not exist, a directory has no ``config.json``,
     or a hub id is not in the local cache.
@@ -58,6 +78,10 @@ def load_hf_checkpoint(model: str | Path, *, torch_dtype: torch.dtype = torch.fl
         if source.suffix != ".gguf":
             raise ValueError(f"{source} is a file but not a .gguf; pass an HF directory or a .gguf file")
         return _load_gguf(source, torch_dtype)
+    if is_ct2_directory(source):
+        whisper = load_ct2_whisper(source, torch_dtype)
+        return Checkpoint(whisper.config, whisper.state_dict, whisper.tokenizer, source,
+                          processor=whisper.processor, generation_config=whisper.generation_config)
     if not (source / "config.json").is_file():
         ggufs = sorted(p.name for p in source.glob("*.gguf"))
         hint = f"; to load a GGUF, pass the file itself (found {ggufs})" if ggufs else ""

