@@ -5,10 +5,15 @@ The environment must be set before the first ttnn device or tensor is created (e
 ``from_torch`` to a block-float dtype initializes the cluster).
 """
 
+import os
+
 import pytest
 
 from tt_models.runtime import close_device, mock, open_device
 
+# tt-metal logs every device open and close at info level, down to its exit handler (after pytest's
+# summary): keep errors only.
+os.environ.setdefault("TT_LOGGER_LEVEL", "error")
 mock.activate("n150")
 
 

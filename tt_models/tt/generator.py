@@ -72,6 +72,22 @@ class Generator(VllmModelInterface):
                 caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device))
         return caches
 
+    def prefill_rows(self, tokens: Any, prompt_lens: Any, start_pos: Any,
+                     empty_slots: Any) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
+        """The prefill token rows as torch, and per row ``(start, end, replica)``: positions
+        ``start .. end - 1`` run on the replica owning the row's batch slot."""
+        tokens = as_torch(tokens)
+        ends = as_torch(prompt_lens).tolist()
+        starts = [0] * len(ends) if start_pos is None else as_torch(start_pos).tolist()
+        slots = list(range(len(ends))) if empty_slots is None else as_torch(empty_slots).tolist()
+        rows = []
+        for row, (start, end, slot) in enumerate(zip(starts, ends, slots)):
+            if not 0 <= start < end <= tokens.shape[1]:
+                raise ValueError(f"prefill row {row}: need 0 <= start_pos ({start}) < prompt_len ({end}) "
+                                 f"<= tokens width ({tokens.shape[1]})")
+            rows.append((start, end, self.replica_of_slot(slot)))
+        return tokens, rows
+
     def replica_of_slot(self, slot: int) -> int:
         return slot // self.users_per_replica
 

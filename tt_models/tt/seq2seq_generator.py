@@ -136,23 +136,16 @@ class Seq2SeqGenerator(Generator):
                         cross_page_table: Any, encoder_inputs: list[Any], encoder_lens: Any,
                         enable_trace: bool = False, empty_slots: Any = None, **kwargs: Any) -> torch.Tensor:
         """Logits ``[n, 1, V]`` of each row's last decoder position ``prompt_lens[i] - 1``."""
-        tokens, page_table = as_torch(tokens), as_torch(page_table, torch.int32)
-        cross_page_table, encoder_lens = as_torch(cross_page_table, torch.int32), as_torch(encoder_lens).tolist()
-        ends = as_torch(prompt_lens).tolist()
-        starts = [0] * len(ends) if start_pos is None else as_torch(start_pos).tolist()
-        slots = list(range(len(ends))) if empty_slots is None else as_torch(empty_slots).tolist()
-        if not len(encoder_inputs) == len(encoder_lens) == len(ends):
-            raise ValueError(f"{len(ends)} prefill rows, {len(encoder_inputs)} encoder_inputs, "
+        tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
+        page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
+        encoder_lens = as_torch(encoder_lens).tolist()
+        if not len(encoder_inputs) == len(encoder_lens) == len(rows):
+            raise ValueError(f"{len(rows)} prefill rows, {len(encoder_inputs)} encoder_inputs, "
                              f"{len(encoder_lens)} encoder_lens")
         out = []
-        for row, (start, end, slot, entry, encoder_len) in enumerate(
-                zip(starts, ends, slots, encoder_inputs, encoder_lens)):
-            if not 0 <= start < end <= tokens.shape[1]:
-                raise ValueError(f"prefill row {row}: need 0 <= start_pos ({start}) < prompt_len ({end}) "
-                                 f"<= tokens width ({tokens.shape[1]})")
+        for row, ((start, end, replica), entry, encoder_len) in enumerate(zip(rows, encoder_inputs, encoder_lens)):
             if not 0 < encoder_len <= self.max_cross_attn_tokens:
                 raise ValueError(f"prefill row {row}: encoder_len {encoder_len} outside 1..{self.max_cross_attn_tokens}")
-            replica = self.replica_of_slot(slot)
             model, device, cache = self.models[replica], self.devices[replica], kv_cache[replica]
             with use(device):
                 if entry is not None:

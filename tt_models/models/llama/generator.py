@@ -64,16 +64,10 @@ class LlamaForCausalLM(Generator):
                         start_pos: Any = None, enable_trace: bool = False, empty_slots: Any = None,
                         **kwargs: Any) -> torch.Tensor:
         """Logits ``[n, 1, V]`` of each row's last position ``prompt_lens[i] - 1``."""
-        tokens, page_table = as_torch(tokens), as_torch(page_table, torch.int32)
-        ends = as_torch(prompt_lens).tolist()
-        starts = [0] * len(ends) if start_pos is None else as_torch(start_pos).tolist()
-        slots = list(range(len(ends))) if empty_slots is None else as_torch(empty_slots).tolist()
+        tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
+        page_table = as_torch(page_table, torch.int32)
         out = []
-        for row, (start, end, slot) in enumerate(zip(starts, ends, slots)):
-            if not 0 <= start < end <= tokens.shape[1]:
-                raise ValueError(f"prefill row {row}: need 0 <= start_pos ({start}) < prompt_len ({end}) "
-                                 f"<= tokens width ({tokens.shape[1]})")
-            replica = self.replica_of_slot(slot)
+        for row, (start, end, replica) in enumerate(rows):
             with use(self.devices[replica]):
                 out.append(self.models[replica].prefill(tokens[row], start, end, page_table[row], kv_cache[replica]))
         return torch.stack(out)[:, None, :]
