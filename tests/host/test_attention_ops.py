@@ -341,7 +341,7 @@ def test_rotary_embedding_llama_decode(dev):
 
 def _decode_args(dev, **change):
     """A valid paged decode call (B=2, NH=8, NKV=2), with one thing changed."""
-    users, nkv, bs, dim, nb = 2, 2, 32, 64, 2
+    users, nkv, bs, dim = 2, 2, 32, 64
     args = dict(q=tile(torch.randn(1, users, 8, dim), "bfloat16", dev),
                 k=tile(torch.randn(6, nkv, bs, dim), "bfloat8_b", dev),
                 v=tile(torch.randn(6, nkv, bs, dim), "bfloat8_b", dev),

@@ -19,7 +19,7 @@ from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.seq2seq_layers import CrossDecoderLayer
-from tt_models.tt.weights import mesh_mapper
+from tt_models.tt.weights import as_int_tensor
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,6 @@ class Seq2SeqDecoder:
                                      device) if f"{prefix}layer_norm.weight" in state else None)
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, lm_head_bias)
 
-    def _int_tensor(self, values: torch.Tensor) -> Any:
-        return ttnn.from_torch(values.to(torch.int32).contiguous(), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
-                               device=self.device, mesh_mapper=mesh_mapper(self.device))
-
     def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> Any:
         x = self.embed_tokens.forward(tokens)
         if self.args.embed_scale != 1.0:
@@ -105,14 +101,14 @@ class Seq2SeqDecoder:
     def _cross_inputs(self, tables: torch.Tensor, positions: torch.Tensor) -> tuple[list[Any], list[Any]]:
         """Cross page tables and ``encoder_len - 1`` positions as device tensors, per group of 32 query rows."""
         groups = range(0, tables.shape[0], ROWS)
-        return ([self._int_tensor(tables[g: g + ROWS]) for g in groups],
-                [self._int_tensor(positions[g: g + ROWS]) for g in groups])
+        return ([as_int_tensor(tables[g: g + ROWS], self.device) for g in groups],
+                [as_int_tensor(positions[g: g + ROWS], self.device) for g in groups])
 
     def fill_cross(self, encoder_states: Any, encoder_len: int, cross_row: torch.Tensor,
                    kv_cache: list[list[Any]]) -> None:
         """Write one request's cross K/V (every layer) into its cross blocks."""
         block_size = kv_cache[0][0].shape[2]
-        table = self._int_tensor(cross_row[None, : -(-encoder_len // block_size)])
+        table = as_int_tensor(cross_row[None, : -(-encoder_len // block_size)], self.device)
         for layer, cache in zip(self.layers, kv_cache):
             layer.cross_attn.fill(encoder_states, cache, table)
 
@@ -132,8 +128,8 @@ class Seq2SeqDecoder:
         yield x
         cross = self._cross_inputs(cross_row[None].expand(chunk.padded, -1),
                                    torch.full((chunk.padded,), encoder_len - 1))
-        fill_table = self._int_tensor(chunk.fill_blocks[None])
-        sdpa_table = self._int_tensor(chunk.read_blocks[None])
+        fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
+        sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_prefill(x, cache, cross, page_table=sdpa_table, fill_page_table=fill_table,
                                       chunk_start=chunk.start)
@@ -150,8 +146,8 @@ class Seq2SeqDecoder:
         encoder_lens = torch.nn.functional.pad(encoder_lens, (0, pad))
         x = self.embed(tokens, positions.clamp(min=0))
         cross = self._cross_inputs(cross_page_table, torch.where(positions >= 0, encoder_lens - 1, -1))
-        current_pos = self._int_tensor(positions)
-        table = self._int_tensor(page_table)
+        current_pos = as_int_tensor(positions, self.device)
+        table = as_int_tensor(page_table, self.device)
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_decode(x, cache, cross, page_table=table, current_pos=current_pos)
         if self.final_norm is not None:

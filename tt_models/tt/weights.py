@@ -30,6 +30,12 @@ def as_bias(bias: torch.Tensor, device: Any) -> Any:
     return as_tensor(bias.reshape(1, 1, 1, -1), device)
 
 
+def as_int_tensor(values: torch.Tensor, device: Any) -> Any:
+    """Indices (positions, page tables) as an int32 ROW_MAJOR device tensor, as the paged ops take them."""
+    return ttnn.from_torch(values.to(torch.int32).contiguous(), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
+                           device=device, mesh_mapper=mesh_mapper(device))
+
+
 def to_host(t: Any, device: Any) -> torch.Tensor:
     """A device tensor's values as torch (the first chip's copy on a mesh)."""
     if device.get_num_devices() > 1:

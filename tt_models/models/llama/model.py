@@ -6,7 +6,6 @@ from typing import Any, Iterator
 
 import torch
 
-from tt_models.runtime import ttnn
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -14,9 +13,7 @@ from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.rope import RotarySetup
-from tt_models.tt.weights import mesh_mapper, to_host
-
-TILE = 32
+from tt_models.tt.weights import as_int_tensor
 
 
 class LlamaModel:
@@ -32,10 +29,6 @@ class LlamaModel:
         self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
         lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights)
-
-    def _int_tensor(self, values: torch.Tensor) -> Any:
-        return ttnn.from_torch(values.to(torch.int32).contiguous(), dtype=ttnn.int32, layout=ttnn.ROW_MAJOR_LAYOUT,
-                               device=self.device, mesh_mapper=mesh_mapper(self.device))
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                 kv_cache: list[list[Any]]) -> torch.Tensor:
@@ -53,8 +46,8 @@ class LlamaModel:
         x = self.embedding.forward(chunk.padded_tokens(tokens))
         yield x
         rot = self.rope.prefill(chunk.start, chunk.padded)
-        fill_table = self._int_tensor(chunk.fill_blocks[None])
-        sdpa_table = self._int_tensor(chunk.read_blocks[None])
+        fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
+        sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_prefill(x, cache, rot=rot, trans_mat=self.rope.trans_mat_prefill,
                                       page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk.start)
@@ -70,8 +63,8 @@ class LlamaModel:
         page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
         x = self.embedding.forward(tokens)
         rot = self.rope.decode(positions)
-        current_pos = self._int_tensor(positions)
-        table = self._int_tensor(page_table)
+        current_pos = as_int_tensor(positions, self.device)
+        table = as_int_tensor(page_table, self.device)
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode, page_table=table,
                                      current_pos=current_pos)

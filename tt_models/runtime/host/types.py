@@ -6,7 +6,7 @@ Names, fields and constructor keywords follow ttnn 0.81.1 so that model code bui
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
 TILE_SIZE = 32
