@@ -1,0 +1,277 @@
+"""KV block management: one pool of block ids for self- and cross-attention, and a host pool for swap.
+
+This is vLLM's block space manager v1 as the encoder-decoder seed describes it
+(``vllm-encoder-decoder-infrastructure.md``, "Memory management"):
+
+- each sequence has a self-attention block table; each request has at most one cross-attention table
+  (``ceil(encoder_len / block_size)`` blocks, written at prefill, read-only afterwards) that all its
+  sequences read;
+- self and cross blocks come from the same block ids, those of every decoder layer's K/V pool
+  ``[num_blocks, n_kv_heads, block_size, head_dim]``;
+- the free-block counts move by the seed's formulas: allocate takes the request's blocks (cross table +
+  self tables), swap moves them between device and host, free / free_cross give a table's blocks back to
+  the pool the request is in, reset frees everything.
+
+Sequences of one request (n > 1) share blocks copy-on-write with reference counts, as v1 does: allocate
+gives every sequence the prompt's blocks, ``fork`` gives the child its parent's blocks, and a sequence
+about to write into a shared, partly filled last block first gets a block of its own (``append`` returns
+the copy to make). A block shared by several tables therefore counts once in the seed's sums, and
+``free(seq)`` frees only the blocks no other sequence still holds.
+
+The manager only plans: the caller moves the KV (copy-on-write copies, swap mappings) through the model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+class _Pool:
+    """Block ids ``0..size-1`` with reference counts; a block is free at count 0."""
+
+    def __init__(self, size: int) -> None:
+        self.free: deque[int] = deque(range(size))
+        self.refs = [0] * size
+
+    def take(self, refs: int = 1) -> int:
+        block = self.free.popleft()
+        self.refs[block] = refs
+        return block
+
+    def release(self, block: int) -> None:
+        self.refs[block] -= 1
+        if self.refs[block] == 0:
+            self.free.append(block)
+
+
+@dataclass
+class _Seq:
+    request_id: str
+    num_tokens: int
+    table: list[int]
+
+
+@dataclass
+class _Request:
+    seq_ids: set[int]
+    cross: list[int] | None  # None: decoder-only, or freed by free_cross
+    on_host: bool = False
+
+
+class KVBlockManager:
+    """Block tables over ``num_blocks`` device blocks of ``block_size`` tokens and ``num_host_blocks`` host
+    blocks. Requests are strings and sequences ints, both unique while allocated (as in vLLM).
+
+    Calls that need blocks raise RuntimeError when there are too few (ask ``can_*`` first); misuse (an
+    unknown or already allocated id, a swapped-out request where a resident one is needed) raises
+    ValueError. Every call costs O(blocks it touches).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, num_host_blocks: int = 0) -> None:
+        if num_blocks < 1 or block_size < 1 or num_host_blocks < 0:
+            raise ValueError(f"KVBlockManager(num_blocks={num_blocks}, block_size={block_size}, "
+                             f"num_host_blocks={num_host_blocks}): need num_blocks, block_size >= 1, "
+                             "num_host_blocks >= 0")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_host_blocks = num_host_blocks
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every table: all device and host blocks are free again."""
+        self._device = _Pool(self.num_blocks)
+        self._host = _Pool(self.num_host_blocks)
+        self._requests: dict[str, _Request] = {}
+        self._seqs: dict[int, _Seq] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._device.free)
+
+    @property
+    def num_free_host_blocks(self) -> int:
+        return len(self._host.free)
+
+    def self_table(self, seq_id: int) -> list[int]:
+        """The sequence's self-attention blocks (host block ids while its request is swapped out)."""
+        return list(self._seq(seq_id).table)
+
+    def cross_table(self, request_id: str) -> list[int]:
+        """The request's cross-attention blocks; empty for a decoder-only request or after ``free_cross``."""
+        return list(self._request(request_id).cross or ())
+
+    def is_swapped_out(self, request_id: str) -> bool:
+        return self._request(request_id).on_host
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # Allocate, append, fork.
+
+    def can_allocate(self, prompt_len: int, encoder_len: int | None = None) -> bool:
+        return self._allocate_cost(prompt_len, encoder_len) <= self.num_free_blocks
+
+    def allocate(self, request_id: str, seq_ids: list[int], prompt_len: int,
+                 encoder_len: int | None = None) -> None:
+        """The request's cross table (none when ``encoder_len`` is 0 or None) and, for each sequence, a self
+        table holding ``prompt_len`` tokens; the sequences share the prompt's blocks."""
+        if request_id in self._requests:
+            raise ValueError(f"request {request_id!r} is already allocated")
+        if not seq_ids or len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"request {request_id!r}: seq_ids must be distinct and non-empty, got {seq_ids}")
+        for seq_id in seq_ids:
+            if seq_id in self._seqs:
+                raise ValueError(f"sequence {seq_id} is already allocated (request "
+                                 f"{self._seqs[seq_id].request_id!r})")
+        need = self._allocate_cost(prompt_len, encoder_len)
+        if need > self.num_free_blocks:
+            raise RuntimeError(f"allocate {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
+        table = [self._device.take(refs=len(seq_ids)) for _ in range(self.num_blocks_for(prompt_len))]
+        cross = [self._device.take() for _ in range(self.num_blocks_for(encoder_len))] if encoder_len else None
+        self._requests[request_id] = _Request(set(seq_ids), cross)
+        for seq_id in seq_ids:
+            self._seqs[seq_id] = _Seq(request_id, prompt_len, list(table))
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        return self._append_cost(self._resident_seq(seq_id), num_tokens)[0] <= self.num_free_blocks
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> tuple[int, int] | None:
+        """Room for ``num_tokens`` more tokens: a new block each time the sequence crosses a block boundary.
+
+        Returns ``(src, dst)`` when the last block was shared and partly filled: the caller copies block
+        ``src`` to ``dst`` (K and V, every layer) before writing the new tokens.
+        """
+        seq = self._resident_seq(seq_id)
+        need, copy_last = self._append_cost(seq, num_tokens)
+        if need > self.num_free_blocks:
+            raise RuntimeError(f"append to sequence {seq_id}: needs {need} blocks, {self.num_free_blocks} free")
+        copy = None
+        if copy_last:
+            copy = seq.table[-1], self._device.take()
+            self._device.release(copy[0])
+            seq.table[-1] = copy[1]
+        seq.num_tokens += num_tokens
+        seq.table += [self._device.take() for _ in range(self.num_blocks_for(seq.num_tokens) - len(seq.table))]
+        return copy
+
+    def fork(self, parent_seq: int, child_seq: int) -> None:
+        """The child (a new sequence of the parent's request) shares every block of the parent."""
+        parent = self._resident_seq(parent_seq)
+        if child_seq in self._seqs:
+            raise ValueError(f"fork {parent_seq} -> {child_seq}: sequence {child_seq} is already allocated")
+        for block in parent.table:
+            self._device.refs[block] += 1
+        self._seqs[child_seq] = _Seq(parent.request_id, parent.num_tokens, list(parent.table))
+        self._requests[parent.request_id].seq_ids.add(child_seq)
+
+    # Free.
+
+    def free(self, seq_id: int) -> None:
+        """Give back the sequence's self blocks (those no sibling holds) to the pool its request is in."""
+        seq = self._seq(seq_id)
+        request = self._requests[seq.request_id]
+        pool = self._pool(request)
+        for block in seq.table:
+            pool.release(block)
+        del self._seqs[seq_id]
+        request.seq_ids.remove(seq_id)
+        self._forget_if_empty(seq.request_id, request)
+
+    def free_cross(self, request_id: str) -> None:
+        """Give back the request's cross blocks to the pool it is in."""
+        request = self._request(request_id)
+        if request.cross is None:
+            raise ValueError(f"request {request_id!r} has no cross table (decoder-only, or already freed)")
+        pool = self._pool(request)
+        for block in request.cross:
+            pool.release(block)
+        request.cross = None
+        self._forget_if_empty(request_id, request)
+
+    # Swap: the caller copies the KV of each mapped block.
+
+    def can_swap_out(self, request_id: str) -> bool:
+        return len(self._blocks(self._resident(request_id, on_host=False))) <= self.num_free_host_blocks
+
+    def swap_out(self, request_id: str) -> dict[int, int]:
+        """Move all of a preempted request's blocks to host memory; returns device block -> host block."""
+        return self._move(request_id, on_host=True)
+
+    def can_swap_in(self, request_id: str) -> bool:
+        """Room for the request's blocks; headroom for the appends that follow is the scheduler's call."""
+        return len(self._blocks(self._resident(request_id, on_host=True))) <= self.num_free_blocks
+
+    def swap_in(self, request_id: str) -> dict[int, int]:
+        """Move a swapped-out request's blocks back to the device; returns host block -> device block."""
+        return self._move(request_id, on_host=False)
+
+    def _move(self, request_id: str, on_host: bool) -> dict[int, int]:
+        """Every table of the request to the other pool; shared blocks stay shared, with their counts."""
+        request = self._resident(request_id, on_host=not on_host)
+        src, dst = (self._device, self._host) if on_host else (self._host, self._device)
+        need = len(self._blocks(request))
+        if need > len(dst.free):
+            raise RuntimeError(f"swap {'out' if on_host else 'in'} {request_id!r}: needs {need} blocks, "
+                               f"{len(dst.free)} free")
+        mapping: dict[int, int] = {}
+        for table in self._tables(request):
+            for i, block in enumerate(table):
+                if block not in mapping:
+                    mapping[block] = dst.take(refs=src.refs[block])
+                src.release(block)
+                table[i] = mapping[block]
+        request.on_host = on_host
+        return mapping
+
+    # Helpers.
+
+    def _allocate_cost(self, prompt_len: int, encoder_len: int | None) -> int:
+        if prompt_len < 0 or (encoder_len or 0) < 0:
+            raise ValueError(f"negative length: prompt_len={prompt_len}, encoder_len={encoder_len}")
+        return self.num_blocks_for(prompt_len) + self.num_blocks_for(encoder_len or 0)
+
+    def _append_cost(self, seq: _Seq, num_tokens: int) -> tuple[int, bool]:
+        """Blocks needed for ``num_tokens`` more tokens, and whether the last block must be copied first."""
+        if num_tokens < 1:
+            raise ValueError(f"append: num_tokens must be >= 1, got {num_tokens}")
+        copy_last = seq.num_tokens % self.block_size != 0 and self._device.refs[seq.table[-1]] > 1
+        return self.num_blocks_for(seq.num_tokens + num_tokens) - len(seq.table) + copy_last, copy_last
+
+    def _tables(self, request: _Request) -> list[list[int]]:
+        tables = [self._seqs[seq_id].table for seq_id in request.seq_ids]
+        return tables + [request.cross] if request.cross is not None else tables
+
+    def _blocks(self, request: _Request) -> set[int]:
+        """The request's distinct blocks: the seed's "seq group blocks"."""
+        return {block for table in self._tables(request) for block in table}
+
+    def _pool(self, request: _Request) -> _Pool:
+        return self._host if request.on_host else self._device
+
+    def _forget_if_empty(self, request_id: str, request: _Request) -> None:
+        if not request.seq_ids and request.cross is None:
+            del self._requests[request_id]
+
+    def _request(self, request_id: str) -> _Request:
+        if request_id not in self._requests:
+            raise ValueError(f"unknown request {request_id!r} (never allocated, or freed)")
+        return self._requests[request_id]
+
+    def _seq(self, seq_id: int) -> _Seq:
+        if seq_id not in self._seqs:
+            raise ValueError(f"unknown sequence {seq_id} (never allocated, or freed)")
+        return self._seqs[seq_id]
+
+    def _resident(self, request_id: str, on_host: bool) -> _Request:
+        request = self._request(request_id)
+        if request.on_host != on_host:
+            raise ValueError(f"request {request_id!r} is swapped out: swap it in first" if request.on_host
+                             else f"request {request_id!r} is not swapped out")
+        return request
+
+    def _resident_seq(self, seq_id: int) -> _Seq:
+        """A sequence whose request is on the device (appending and forking need its blocks there)."""
+        seq = self._seq(seq_id)
+        self._resident(seq.request_id, on_host=False)
+        return seq
