@@ -1,0 +1,393 @@
+"""Request prompts in vLLM's formats, turned into the decoder token ids and encoder inputs a generator takes.
+
+Prompt formats are vLLM 0.25.1's (``vllm/inputs/llm.py``): a string, a list of token ids, a ``TextPrompt``,
+a ``TokensPrompt``, and for encoder-decoder models an ``ExplicitEncoderDecoderPrompt``. The decoder prompt
+rules follow seeds/vllm-encoder-decoder-infrastructure.md section 1 ("Supported encoder/decoder prompt
+formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``, ``vllm/model_executor/models/whisper.py``):
+
+- Decoder-only: text is tokenized with special tokens (vLLM's default ``add_special_tokens=True``); token
+  ids are taken as given.
+- BART / MBart: a singleton prompt is the encoder prompt and the decoder gets the default ``<DEC><BOS>``;
+  an explicit decoder prompt is tokenized like the encoder's (with special tokens, so the seed's
+  ``[2, 0, 51, 178, 2]`` is a decoder text's ``<s> ... </s>`` after ``<DEC>``) and gets ``<DEC>``
+  prepended unless it already starts with it. ``<DEC>`` is ``decoder_start_token_id``, falling back to
+  ``<BOS>`` as vLLM does (MBart configs have none), which makes MBart's default ``<BOS>`` alone.
+- Whisper: the audio comes as ``multi_modal_data={"audio": (waveform, sample_rate)}`` and a singleton's
+  text (or token ids) is the decoder prompt, tokenized without special tokens (vLLM's Whisper processing
+  info) and given ``<|startoftranscript|>`` when it lacks it. Without one, the decoder prompt is the one
+  HF's ``generate`` forces from the generation config: ``<|startoftranscript|>`` [language, task]
+  ``<|notimestamps|>``, the language and task tokens only for multilingual models (language ``en`` and
+  task ``transcribe`` unless ``process`` or the generation config says otherwise, as openai-whisper's
+  ``decode`` does: there is no language detection here).
+
+Every problem with a request raises ``ValueError`` naming it, so the engine can fail that request alone.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import soxr
+import torch
+from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase, WhisperFeatureExtractor
+from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+from typing_extensions import NotRequired, TypedDict
+
+from tt_models.audio import load_audio
+
+
+class TextPrompt(TypedDict):
+    """A text prompt (vLLM's name and keys)."""
+
+    prompt: str
+    multi_modal_data: NotRequired[Mapping[str, Any] | None]
+
+
+class TokensPrompt(TypedDict):
+    """A tokenized prompt; ``prompt`` is its text, when known, for the output."""
+
+    prompt_token_ids: list[int]
+    prompt: NotRequired[str]
+    multi_modal_data: NotRequired[Mapping[str, Any] | None]
+
+
+SingletonPrompt: TypeAlias = str | list[int] | TextPrompt | TokensPrompt
+
+
+class ExplicitEncoderDecoderPrompt(TypedDict):
+    """Both prompts of an encoder-decoder model; a ``None`` decoder prompt means the model's default."""
+
+    encoder_prompt: SingletonPrompt
+    decoder_prompt: SingletonPrompt | None
+
+
+PromptType: TypeAlias = SingletonPrompt | ExplicitEncoderDecoderPrompt
+
+
+@dataclass(frozen=True)
+class ProcessedInputs:
+    """One request's model inputs and the prompts its output reports.
+
+    ``encoder_input`` is the ``encoder_inputs[i]`` entry of the generators' ``prefill_forward``:
+    ``{"input_ids": LongTensor[S]}`` (BART, MBart) or ``{"input_features": FloatTensor[n_mels, 3000]}``
+    (Whisper, whose encoder takes no tokens: ``encoder_prompt_token_ids`` is empty). ``encoder_len`` is the
+    number of cross-attention positions: ``S``, or Whisper's ``max_source_positions``; 0 for decoder-only.
+    """
+
+    prompt_token_ids: list[int]
+    prompt: str | None
+    encoder_prompt_token_ids: list[int] | None = None
+    encoder_prompt: str | None = None
+    encoder_input: dict[str, torch.Tensor] | None = None
+    encoder_len: int = 0
+
+
+@dataclass(frozen=True)
+class _Singleton:
+    """A parsed singleton prompt: its text and/or token ids, and its multi-modal data."""
+
+    text: str | None
+    token_ids: list[int] | None
+    multi_modal_data: Mapping[str, Any] | None
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.token_ids if self.token_ids is not None else not self.text
+
+
+_TEXT_KEYS = frozenset({"prompt", "multi_modal_data"})
+_TOKENS_KEYS = frozenset({"prompt_token_ids", "prompt", "multi_modal_data"})
+_EXPLICIT_KEYS = frozenset({"encoder_prompt", "decoder_prompt"})
+
+
+class InputProcessor:
+    """Turns prompts into :class:`ProcessedInputs` for one model.
+
+    ``max_model_len`` bounds the decoder sequence (prompt plus output); ``max_encoder_len`` the encoder
+    input, by default the model's own limit (BART ``max_position_embeddings``, Whisper
+    ``max_source_positions``). Whisper needs its ``generation_config`` (the default decoder prompt) and
+    takes its feature extractor from ``processor`` (a default ``WhisperFeatureExtractor`` without one).
+    """
+
+    def __init__(
+        self,
+        hf_config: PretrainedConfig,
+        tokenizer: PreTrainedTokenizerBase | None,
+        *,
+        processor: Any = None,
+        generation_config: GenerationConfig | None = None,
+        max_model_len: int,
+        max_encoder_len: int | None = None,
+    ) -> None:
+        self.hf_config, self.tokenizer, self.max_model_len = hf_config, tokenizer, max_model_len
+        self.vocab_size: int = hf_config.vocab_size
+        self.is_whisper = hf_config.model_type == "whisper"
+        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+        if not self.is_encoder_decoder:
+            return
+        # vLLM's get_dec_start_token_id: <BOS> when the config names no decoder start token.
+        self.decoder_start_token_id = hf_config.decoder_start_token_id
+        if self.decoder_start_token_id is None:
+            self.decoder_start_token_id = hf_config.bos_token_id
+        if self.decoder_start_token_id is None:
+            raise ValueError(f"{hf_config.model_type} config has neither decoder_start_token_id nor bos_token_id")
+        if self.is_whisper:
+            model_limit = hf_config.max_source_positions
+            if generation_config is None or generation_config.no_timestamps_token_id is None:
+                raise ValueError("Whisper needs its generation config (with no_timestamps_token_id): "
+                                 "the default decoder prompt comes from it")
+            self.generation_config = generation_config
+            extractor = getattr(processor, "feature_extractor", processor)
+            if extractor is None:
+                extractor = WhisperFeatureExtractor(feature_size=hf_config.num_mel_bins)
+            self.feature_extractor: WhisperFeatureExtractor = extractor
+        else:
+            model_limit = hf_config.max_position_embeddings
+            if hf_config.bos_token_id is None:
+                raise ValueError(f"{hf_config.model_type} config has no bos_token_id for the default decoder prompt")
+        self.max_encoder_len = model_limit if max_encoder_len is None else max_encoder_len
+        if self.is_whisper and self.max_encoder_len < model_limit:
+            raise ValueError(f"max_encoder_len {self.max_encoder_len} is below Whisper's {model_limit} encoder "
+                             "positions: no audio would fit")
+
+    def process(self, prompt: PromptType, *, language: str | None = None, task: str | None = None) -> ProcessedInputs:
+        """The inputs for ``prompt``. ``language`` and ``task`` choose Whisper's default decoder prompt."""
+        if not self.is_whisper and (language is not None or task is not None):
+            raise ValueError(f"language and task are Whisper parameters; {self.hf_config.model_type} takes neither")
+        if self.is_whisper:
+            return self._process_whisper(prompt, language, task)
+        if self.is_encoder_decoder:
+            return self._process_encoder_decoder(prompt)
+        if _is_explicit(prompt):
+            raise ValueError(f"ExplicitEncoderDecoderPrompt is for encoder-decoder models; "
+                             f"{self.hf_config.model_type} is decoder-only")
+        parsed = _parse_singleton(prompt, "prompt")
+        self._reject_multi_modal(parsed, "prompt")
+        token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=True)
+        self._check_decoder_len(token_ids, "prompt")
+        return ProcessedInputs(token_ids, parsed.text)
+
+    def _process_encoder_decoder(self, prompt: PromptType) -> ProcessedInputs:
+        encoder, decoder = _split(prompt)
+        self._reject_multi_modal(encoder, "encoder prompt")
+        encoder_ids = self._nonempty_token_ids(encoder, "encoder prompt", add_special_tokens=True)
+        if len(encoder_ids) > self.max_encoder_len:
+            raise ValueError(f"The encoder prompt (length {len(encoder_ids)}) is longer than the maximum encoder "
+                             f"length of {self.max_encoder_len}")
+        if decoder is None:  # the seed's default <DEC><BOS>: vLLM v0 starts from [<BOS>] and prepends <DEC>
+            decoder_ids, decoder_text = self._with_decoder_start([self.hf_config.bos_token_id]), None
+        else:
+            self._reject_multi_modal(decoder, "decoder prompt")
+            decoder_ids = self._with_decoder_start(self._token_ids(decoder, "decoder prompt", True))
+            decoder_text = decoder.text
+        self._check_decoder_len(decoder_ids, "decoder prompt")
+        encoder_input = {"input_ids": torch.tensor(encoder_ids, dtype=torch.long)}
+        return ProcessedInputs(decoder_ids, decoder_text, encoder_ids, encoder.text, encoder_input, len(encoder_ids))
+
+    def _process_whisper(self, prompt: PromptType, language: str | None, task: str | None) -> ProcessedInputs:
+        if _is_explicit(prompt):
+            encoder, decoder = _split(prompt)
+            if not encoder.is_empty:
+                raise ValueError("Whisper's encoder takes only audio: give the text as the decoder_prompt")
+            if decoder is not None and decoder.multi_modal_data:
+                raise ValueError("The decoder prompt cannot carry multi-modal data; give the audio to the encoder")
+        else:
+            encoder = _parse_singleton(prompt, "prompt")
+            decoder = encoder  # vLLM's Whisper request: the text is the decoder prompt, the audio the encoder's
+        if decoder is None or decoder.is_empty:
+            decoder_ids, decoder_text = self._whisper_default_prompt(language, task), None
+        elif language is not None or task is not None:
+            raise ValueError("language and task choose the default decoder prompt; this request gives its own")
+        else:
+            decoder_ids = self._with_decoder_start(self._token_ids(decoder, "decoder prompt", False))
+            decoder_text = decoder.text
+        self._check_decoder_len(decoder_ids, "decoder prompt")
+        features = self._features(encoder.multi_modal_data)
+        encoder_len = self.hf_config.max_source_positions
+        return ProcessedInputs(decoder_ids, decoder_text, [], None, {"input_features": features}, encoder_len)
+
+    # ---------------------------------------------------------------------------------------- token ids
+
+    def _token_ids(self, parsed: _Singleton, what: str, add_special_tokens: bool) -> list[int]:
+        if parsed.token_ids is not None:
+            token_ids = parsed.token_ids
+        elif self.tokenizer is None:
+            raise ValueError(f"The model has no tokenizer: give the {what} as token ids")
+        else:
+            token_ids = list(self.tokenizer.encode(parsed.text, add_special_tokens=add_special_tokens))
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"Token id {bad[0]} in the {what} is out of vocabulary: the model's token ids are "
+                             f"0 to {self.vocab_size - 1}")
+        return token_ids
+
+    def _nonempty_token_ids(self, parsed: _Singleton, what: str, add_special_tokens: bool) -> list[int]:
+        if parsed.is_empty:
+            raise ValueError(f"The {what} is empty")
+        return self._token_ids(parsed, what, add_special_tokens)
+
+    def _with_decoder_start(self, token_ids: list[int]) -> list[int]:
+        """vLLM's ``_prepare_decoder_input_ids_for_generation``: ``<DEC>`` first, added only when missing."""
+        if not token_ids or token_ids[0] != self.decoder_start_token_id:
+            return [self.decoder_start_token_id, *token_ids]
+        return token_ids
+
+    def _check_decoder_len(self, token_ids: list[int], what: str) -> None:
+        """vLLM 0.25.1 (``_validate_prompt_len``) also rejects a prompt that fills ``max_model_len``: no room
+        is left for an output token."""
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(f"The {what} (length {len(token_ids)}) plus at least one output token is longer "
+                             f"than the maximum model length of {self.max_model_len}")
+
+    def _reject_multi_modal(self, parsed: _Singleton, what: str) -> None:
+        if parsed.multi_modal_data:
+            raise ValueError(f"{self.hf_config.model_type} takes no multi-modal data; the {what} has "
+                             f"{sorted(parsed.multi_modal_data)}")
+
+    # ---------------------------------------------------------------------------------------- Whisper
+
+    def _whisper_default_prompt(self, language: str | None, task: str | None) -> list[int]:
+        """The prefix HF's Whisper ``generate`` forces: start, [language, task,] no timestamps."""
+        config = self.generation_config
+        language = language if language is not None else getattr(config, "language", None) or "en"
+        task = task if task is not None else getattr(config, "task", None) or "transcribe"
+        language_token = _language_token(language)
+        middle: list[int] = []
+        if getattr(config, "is_multilingual", False):
+            lang_to_id, task_to_id = config.lang_to_id, config.task_to_id
+            if language_token not in lang_to_id:
+                raise ValueError(f"Unsupported language {language!r} for this Whisper model: use a code or token "
+                                 f"from its generation config's lang_to_id (e.g. {list(lang_to_id)[:4]})")
+            if task not in task_to_id:
+                raise ValueError(f"Unsupported task {task!r} for Whisper: use one of {sorted(task_to_id)}")
+            middle = [lang_to_id[language_token], task_to_id[task]]
+        elif language_token != "<|en|>" or task != "transcribe":
+            raise ValueError(f"This Whisper model is English-only: it cannot take language={language!r}, "
+                             f"task={task!r} (only English transcription)")
+        return [self.decoder_start_token_id, *middle, config.no_timestamps_token_id]
+
+    def _features(self, multi_modal_data: Mapping[str, Any] | None) -> torch.Tensor:
+        """The log-mel features ``[n_mels, 3000]`` of the request's one audio, padded to 30 s as HF pads."""
+        if not multi_modal_data or "audio" not in multi_modal_data:
+            raise ValueError("Whisper needs audio: multi_modal_data={'audio': (waveform, sample_rate)}")
+        others = sorted(set(multi_modal_data) - {"audio"})
+        if others:
+            raise ValueError(f"Whisper takes only audio; unsupported multi-modal data: {others}")
+        item = multi_modal_data["audio"]
+        if isinstance(item, list):
+            if len(item) != 1:
+                raise ValueError(f"Whisper takes one audio per request, got {len(item)}")
+            item = item[0]
+        extractor = self.feature_extractor
+        waveform = self._waveform(item, extractor.sampling_rate, extractor.chunk_length)
+        features = extractor(waveform, sampling_rate=extractor.sampling_rate, return_tensors="np")
+        return torch.from_numpy(np.ascontiguousarray(features["input_features"][0], dtype=np.float32))
+
+    @staticmethod
+    def _waveform(item: Any, rate: int, max_seconds: int) -> np.ndarray:
+        """``item`` as float32 mono at ``rate``: ``(waveform, sample_rate)``, a waveform already at ``rate``
+        (vLLM's audio items), or the bytes of an audio file."""
+        too_long = (f"Audio longer than Whisper's {max_seconds} s window is not supported (long-form "
+                    f"transcription is out of scope): split it into segments of at most {max_seconds} s")
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            samples = load_audio(item, rate)
+            if samples.size > max_seconds * rate:
+                raise ValueError(f"{too_long}; got {samples.size / rate:.2f} s")
+            return samples
+        source_rate = rate
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ValueError(f"An audio tuple is (waveform, sample_rate), got {len(item)} items")
+            item, source_rate = item
+            if isinstance(source_rate, bool) or not isinstance(source_rate, numbers.Integral) or source_rate <= 0:
+                raise ValueError(f"The audio sample rate must be a positive integer (Hz), got {source_rate!r}")
+            source_rate = int(source_rate)
+        if isinstance(item, torch.Tensor):
+            if not item.is_floating_point():
+                raise ValueError(f"Not audio: the waveform must be floating point in [-1, 1], got {item.dtype}")
+            item = item.detach().cpu().float().numpy()
+        if not isinstance(item, np.ndarray):
+            raise ValueError(f"Not audio: expected (waveform, sample_rate), a waveform at {rate} Hz, or the bytes "
+                             f"of an audio file; got {type(item).__name__}")
+        if item.dtype.kind != "f":
+            raise ValueError(f"Not audio: the waveform must be floating point in [-1, 1], got {item.dtype}")
+        if item.ndim != 1 or item.size == 0:
+            raise ValueError(f"Not audio: the waveform must be 1-D mono with samples, got shape {item.shape}")
+        if not np.isfinite(item).all():
+            raise ValueError("Not audio: the waveform has NaN or infinite samples")
+        if item.size > max_seconds * source_rate:
+            raise ValueError(f"{too_long}; got {item.size / source_rate:.2f} s")
+        samples = item.astype(np.float32, copy=False)
+        if source_rate != rate:  # as tt_models.audio.load_audio resamples
+            samples = soxr.resample(samples, source_rate, rate, quality="HQ")
+        return samples
+
+
+def _language_token(language: str) -> str:
+    """``"en"``, ``"english"`` or ``"<|en|>"`` as the token ``"<|en|>"``."""
+    if not isinstance(language, str):
+        raise ValueError(f"language must be a string such as 'en', got {language!r}")
+    if language.startswith("<|") and language.endswith("|>"):
+        return language
+    code = TO_LANGUAGE_CODE.get(language.lower(), language.lower())
+    return f"<|{code}|>"
+
+
+def _is_explicit(prompt: object) -> bool:
+    return isinstance(prompt, Mapping) and ("encoder_prompt" in prompt or "decoder_prompt" in prompt)
+
+
+def _split(prompt: PromptType) -> tuple[_Singleton, _Singleton | None]:
+    """The encoder prompt and the decoder prompt (None: the model's default) of an encoder-decoder prompt."""
+    if not _is_explicit(prompt):
+        return _parse_singleton(prompt, "encoder prompt"), None
+    unknown = sorted(set(prompt) - _EXPLICIT_KEYS)
+    if unknown:
+        raise ValueError(f"Unsupported ExplicitEncoderDecoderPrompt keys {unknown}: it takes {sorted(_EXPLICIT_KEYS)}")
+    if "encoder_prompt" not in prompt:
+        raise ValueError("An ExplicitEncoderDecoderPrompt needs an encoder_prompt")
+    decoder = prompt.get("decoder_prompt")
+    return (_parse_singleton(prompt["encoder_prompt"], "encoder prompt"),
+            None if decoder is None else _parse_singleton(decoder, "decoder prompt"))
+
+
+def _parse_singleton(prompt: object, what: str) -> _Singleton:
+    if isinstance(prompt, str):
+        return _Singleton(prompt, None, None)
+    if isinstance(prompt, list):
+        return _Singleton(None, _token_id_list(prompt, what), None)
+    if not isinstance(prompt, Mapping):
+        raise ValueError(f"The {what} must be a string, a list of token ids, a TextPrompt or a TokensPrompt; "
+                         f"got {type(prompt).__name__}")
+    if _is_explicit(prompt):
+        raise ValueError(f"The {what} cannot itself be an ExplicitEncoderDecoderPrompt")
+    if "prompt_token_ids" in prompt:
+        allowed, kind = _TOKENS_KEYS, "TokensPrompt"
+    elif "prompt" in prompt:
+        allowed, kind = _TEXT_KEYS, "TextPrompt"
+    else:
+        raise ValueError(f"The {what} has neither 'prompt' nor 'prompt_token_ids' (keys {sorted(prompt)})")
+    unknown = sorted(set(prompt) - allowed)
+    if unknown:
+        raise ValueError(f"Unsupported {kind} keys {unknown} in the {what}: it takes {sorted(allowed)}")
+    text = prompt.get("prompt")
+    if text is not None and not isinstance(text, str) or kind == "TextPrompt" and text is None:
+        raise ValueError(f"The {what}'s 'prompt' must be a string, got {type(text).__name__}")
+    multi_modal_data = prompt.get("multi_modal_data")
+    if multi_modal_data is not None and not isinstance(multi_modal_data, Mapping):
+        raise ValueError(f"multi_modal_data must be a dict of modality to data, got {type(multi_modal_data).__name__}")
+    token_ids = _token_id_list(prompt["prompt_token_ids"], what) if kind == "TokensPrompt" else None
+    return _Singleton(text, token_ids, multi_modal_data or None)
+
+
+def _token_id_list(token_ids: object, what: str) -> list[int]:
+    if not isinstance(token_ids, Sequence) or isinstance(token_ids, (str, bytes)):
+        raise ValueError(f"The {what}'s token ids must be a list of integers, got {type(token_ids).__name__}")
+    bad = [t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
+    if bad:
+        raise ValueError(f"The {what}'s token ids must be integers, got {bad[0]!r}")
+    return [int(t) for t in token_ids]

@@ -1,0 +1,377 @@
+"""Sampling on the host: vLLM's ``SamplingParams``, model logits rules, a batched sampler and stop checks.
+
+The model hands back float32 logits ``[B, V]`` per step and the engine picks tokens here. Names, defaults,
+validation and the order of operations follow vLLM 0.25.1 so that requests behave as they would under
+vLLM: ``vllm/sampling_params.py`` (the parameters), ``vllm/v1/sample/sampler.py`` and ``ops/`` (the
+sampler), ``vllm/v1/core/sched/utils.py`` and ``vllm/v1/engine/detokenizer.py`` (stopping). vLLM itself is
+not imported: the engine must run without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_SAMPLING_EPS = 1e-5  # temperatures below this are greedy
+_MAX_TEMP = 1e-2  # smaller positive temperatures are raised to this (they overflow the softmax)
+_MAX_N = 16384  # vLLM's default VLLM_MAX_N_SEQUENCES
+
+
+@dataclass
+class SamplingParams:
+    """vLLM's sampling parameters (the subset the engine serves), validated as vLLM does.
+
+    ``stop`` becomes a list and ``stop_token_ids`` a list after construction; ``top_k`` 0 or -1 and
+    ``top_p`` 1 mean "no filter"; ``max_tokens=None`` leaves the length to the model's context.
+    """
+
+    n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    logprobs: int | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        if 0 < self.temperature < _MAX_TEMP:
+            logger.warning("temperature %s is less than %s, which may cause numerical errors nan or inf in "
+                           "tensors. We have maxed it out to %s.", self.temperature, _MAX_TEMP, _MAX_TEMP)
+            self.temperature = _MAX_TEMP
+        if self.seed == -1:
+            self.seed = None
+        if self.stop is None:
+            self.stop = []
+        elif isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+        if self.logprobs is True:
+            self.logprobs = 1
+        self._verify_args()
+        if self.greedy:
+            self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
+            if self.n > 1:
+                raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}.")
+
+    def _verify_args(self) -> None:
+        """vLLM's ``SamplingParams._verify_args``, with its messages."""
+        if not isinstance(self.n, int):
+            raise ValueError(f"n must be an int, but is of type {type(self.n)}")
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}.")
+        if self.n > _MAX_N:
+            raise ValueError(f"n must be at most {_MAX_N}, got {self.n}.")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise ValueError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise ValueError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        if not math.isfinite(self.repetition_penalty):
+            raise ValueError(f"repetition_penalty must be a finite number, got {self.repetition_penalty}.")
+        if self.repetition_penalty <= 0.0:
+            raise ValueError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
+        if not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be a finite number, got {self.temperature}.")
+        if self.temperature < 0.0:
+            raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
+        if self.temperature > 2.0:
+            raise ValueError(f"temperature must be in [0, 2], got {self.temperature}.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k < -1:  # vLLM quietly accepts -1 as "disabled" but prefers 0
+            raise ValueError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
+        if not isinstance(self.top_k, int):
+            raise TypeError(f"top_k must be an integer, got {type(self.top_k).__name__}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}.")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, "
+                             f"got {self.min_tokens}.")
+        if self.logprobs is not None and self.logprobs != -1 and self.logprobs < 0:
+            raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}.")
+        if not all(isinstance(t, int) for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")
+        if any(not s for s in self.stop):
+            raise ValueError("stop cannot contain an empty string.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < _SAMPLING_EPS
+
+
+def _config_get(config: Any, name: str) -> Any:
+    return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+
+
+@dataclass(frozen=True)
+class LogitsRules:
+    """A model's fixed logits rules, applied to every request before sampling (after the penalties).
+
+    These are HF generation-config rules vLLM has no sampling parameter for: Whisper's ``suppress_tokens``
+    (never generated) and ``begin_suppress_tokens`` (not generated as the first token, e.g. a blank).
+    """
+
+    suppress_tokens: tuple[int, ...] = ()
+    begin_suppress_tokens: tuple[int, ...] = ()
+
+    @classmethod
+    def from_generation_config(cls, gen_config: Any) -> LogitsRules:
+        """From an HF ``GenerationConfig`` (or its dict form, as vLLM keeps it); missing lists mean none."""
+        if gen_config is None:
+            return cls()
+        return cls(tuple(_config_get(gen_config, "suppress_tokens") or ()),
+                   tuple(_config_get(gen_config, "begin_suppress_tokens") or ()))
+
+    def apply(self, logits: torch.Tensor, num_generated: Sequence[int]) -> None:
+        """Set the suppressed logits of each row to -inf in place; ``num_generated[i]`` is row i's count."""
+        if self.suppress_tokens:
+            logits[:, list(self.suppress_tokens)] = -math.inf
+        if self.begin_suppress_tokens:
+            first = [i for i, n in enumerate(num_generated) if n == 0]
+            if first:
+                logits[torch.tensor(first)[:, None], torch.tensor(self.begin_suppress_tokens)] = -math.inf
+
+
+@dataclass
+class RowState:
+    """One request's sampling state, kept by the engine for the request's lifetime.
+
+    The engine appends each sampled token to ``output_token_ids``. A seeded random request owns its
+    ``generator`` (seeded once, as vLLM's runner does), so its tokens depend on its seed alone, not on
+    the other requests in the batch.
+    """
+
+    params: SamplingParams
+    prompt_token_ids: Sequence[int]
+    output_token_ids: list[int] = field(default_factory=list)
+    eos_token_id: int | None = None
+    generator: torch.Generator | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.params.seed is not None and not self.params.greedy:
+            self.generator = torch.Generator().manual_seed(self.params.seed)
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """The sampled token's raw logprob and rank (1 = most likely; ties count against it, as in vLLM),
+    and the ``logprobs`` most likely ``(token, logprob)`` pairs, most likely first (all of them for -1)."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class SamplerOutput:
+    tokens: torch.Tensor  # [B] int64
+    logprobs: list[TokenLogprobs | None]  # None for rows that asked for none
+
+
+class Sampler:
+    """vLLM v1's sampler for host logits: min_tokens, penalties, the model's rules, then greedy argmax or
+    temperature -> min_p -> top-k -> top-p -> exponential-race sampling. Logprobs are vLLM's default
+    ``logprobs_mode="raw_logprobs"``: the log-softmax of the logits as the model returned them."""
+
+    def __init__(self, rules: LogitsRules | None = None) -> None:
+        self.rules = rules or LogitsRules()
+
+    def process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
+        """The steps that can change the greedy choice, on a float32 copy: min_tokens, penalties, rules."""
+        logits = logits.to(torch.float32, copy=True)
+        _apply_min_tokens(logits, rows)
+        _apply_penalties(logits, rows)
+        self.rules.apply(logits, [len(r.output_token_ids) for r in rows])
+        return logits
+
+    def sample(self, logits: torch.Tensor, rows: Sequence[RowState]) -> SamplerOutput:
+        """Pick one token per row of ``logits [B, V]``; the input tensor is left unchanged."""
+        assert logits.dim() == 2 and logits.shape[0] == len(rows)
+        want_logprobs = any(r.params.logprobs is not None for r in rows)
+        raw_logprobs = logits.log_softmax(dim=-1, dtype=torch.float32) if want_logprobs else None
+        logits = self.process(logits, rows)
+        tokens = logits.argmax(dim=-1)
+        random = [i for i, r in enumerate(rows) if not r.params.greedy]
+        if random:
+            tokens[random] = _random_sample(logits[random], [rows[i] for i in random])
+        logprobs = _gather_logprobs(raw_logprobs, tokens, rows) if raw_logprobs is not None else [None] * len(rows)
+        return SamplerOutput(tokens, logprobs)
+
+
+def _apply_min_tokens(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+    """Until a row has ``min_tokens`` outputs, its eos and stop_token_ids are -inf (vLLM's
+    ``MinTokensLogitsProcessor``; eos counts even with ``ignore_eos``, as in ``all_stop_token_ids``)."""
+    row_idx: list[int] = []
+    tok_idx: list[int] = []
+    for i, r in enumerate(rows):
+        if len(r.output_token_ids) < r.params.min_tokens:
+            stops = set(r.params.stop_token_ids)
+            if r.eos_token_id is not None:
+                stops.add(r.eos_token_id)
+            row_idx += [i] * len(stops)
+            tok_idx += stops
+    if row_idx:
+        logits[row_idx, tok_idx] = -math.inf
+
+
+def _token_counts(token_lists: list[Sequence[int]], vocab_size: int) -> torch.Tensor:
+    """``[B, V]`` occurrence counts; padding uses the id ``V``, a bin that is dropped."""
+    width = max((len(t) for t in token_lists), default=0)
+    padded = torch.full((len(token_lists), width), vocab_size, dtype=torch.int64)
+    for i, t in enumerate(token_lists):
+        padded[i, :len(t)] = torch.as_tensor(t, dtype=torch.int64)
+    counts = torch.zeros((len(token_lists), vocab_size + 1), dtype=torch.int64)
+    counts.scatter_add_(1, padded, torch.ones_like(padded))
+    return counts[:, :vocab_size]
+
+
+def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+    """vLLM's ``apply_penalties`` (model_executor/layers/utils.py, torch repetition op in _custom_ops.py):
+    repetition over prompt + output (positive logits divided, others multiplied), then the OpenAI
+    ``logit -= frequency * count + presence * [count > 0]`` over the output only."""
+    p = [r.params for r in rows]
+    if all(x.repetition_penalty == 1.0 and x.frequency_penalty == 0.0 and x.presence_penalty == 0.0 for x in p):
+        return
+    vocab_size = logits.shape[1]
+    prompt_mask = _token_counts([r.prompt_token_ids for r in rows], vocab_size) > 0
+    output_counts = _token_counts([r.output_token_ids for r in rows], vocab_size)
+    output_mask = output_counts > 0
+
+    repetition = torch.tensor([x.repetition_penalty for x in p], dtype=torch.float32)[:, None]
+    penalties = torch.where(prompt_mask | output_mask, repetition, 1.0)
+    logits *= torch.where(logits > 0, 1.0 / penalties, penalties)
+    logits -= torch.tensor([x.frequency_penalty for x in p], dtype=torch.float32)[:, None] * output_counts
+    logits -= torch.tensor([x.presence_penalty for x in p], dtype=torch.float32)[:, None] * output_mask
+
+
+def _apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None) -> torch.Tensor:
+    """vLLM's ``apply_top_k_top_p_pytorch``: on the ascending sort, top-k keeps logits >= the k-th largest
+    (ties kept), top-p drops the low tail whose cumulative probability is <= 1 - p (the top token stays)."""
+    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
+    if k is not None:
+        kth = logits_sort.gather(1, (logits_sort.shape[1] - k)[:, None])
+        logits_sort.masked_fill_(logits_sort < kth, -math.inf)
+    if p is not None:
+        cumulative = logits_sort.softmax(dim=-1).cumsum(dim=-1)
+        mask = cumulative <= 1 - p[:, None]
+        mask[:, -1] = False
+        logits_sort.masked_fill_(mask, -math.inf)
+    return logits.scatter(1, logits_idx, logits_sort)
+
+
+def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
+    """Temperature, min_p (vLLM's argmax-invariant processor), top-k/top-p, then vLLM's ``random_sample``:
+    ``argmax(probs / q)`` with ``q ~ Exp(1)``, a seeded row drawing its ``q`` from its own generator."""
+    params = [r.params for r in rows]
+    vocab_size = logits.shape[1]
+    logits = logits / torch.tensor([x.temperature for x in params], dtype=torch.float32)[:, None]
+
+    if any(x.min_p > 0 for x in params):
+        probs = logits.softmax(dim=-1)
+        threshold = probs.amax(dim=-1, keepdim=True) * torch.tensor([x.min_p for x in params])[:, None]
+        logits = logits.masked_fill(probs < threshold, -math.inf)
+
+    top_k = [x.top_k if 0 < x.top_k < vocab_size else vocab_size for x in params]
+    k = torch.tensor(top_k) if any(t < vocab_size for t in top_k) else None
+    p = torch.tensor([x.top_p for x in params], dtype=torch.float32) if any(x.top_p < 1 for x in params) else None
+    if k is not None or p is not None:
+        logits = _apply_top_k_top_p(logits, k, p)
+
+    probs = logits.softmax(dim=-1)
+    q = torch.empty_like(probs)
+    if any(r.generator is None for r in rows):
+        q.exponential_()
+    for i, r in enumerate(rows):
+        if r.generator is not None:
+            q[i].exponential_(generator=r.generator)
+    return probs.div_(q).argmax(dim=-1)
+
+
+def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
+                     rows: Sequence[RowState]) -> list[TokenLogprobs | None]:
+    """vLLM's ``gather_logprobs``: one top-k at the batch's largest ``logprobs``, each row cut to its own."""
+    vocab_size = raw_logprobs.shape[1]
+    wanted = [None if r.params.logprobs is None else (vocab_size if r.params.logprobs == -1 else
+                                                      min(r.params.logprobs, vocab_size)) for r in rows]
+    top_values, top_indices = raw_logprobs.topk(max(w for w in wanted if w is not None), dim=-1)
+    token_logprobs = raw_logprobs.gather(1, tokens[:, None])
+    ranks = (raw_logprobs >= token_logprobs).sum(dim=-1)
+    out: list[TokenLogprobs | None] = []
+    for i, w in enumerate(wanted):
+        if w is None:
+            out.append(None)
+            continue
+        top = list(zip(top_indices[i, :w].tolist(), top_values[i, :w].tolist()))
+        out.append(TokenLogprobs(int(tokens[i]), float(token_logprobs[i, 0]), int(ranks[i]), top))
+    return out
+
+
+class StopCheck(NamedTuple):
+    finished: bool
+    reason: Literal["stop", "length"] | None  # vLLM's finish_reason
+    stop_reason: int | str | None  # the stop token id or stop string; None for eos and length
+    text: str  # the output text, cut as vLLM returns it
+
+
+def check_stop(token_ids: Sequence[int], text: str, params: SamplingParams, eos_token_id: int | None,
+               new_text_len: int | None = None) -> StopCheck:
+    """Whether a request is done after its latest token, as vLLM decides it.
+
+    ``token_ids`` are the request's output tokens (at least one), ``text`` their detokenized text and
+    ``new_text_len`` how many of its trailing characters the latest token added (None: all of it). Call
+    once per generated token: stop strings are searched only where they could end in the new text, and
+    only once more than ``min_tokens`` tokens exist, as vLLM's detokenizer does.
+
+    Order: the scheduler's token checks (``v1/core/sched/utils.py::check_stop``: nothing before
+    ``min_tokens``, then eos unless ``ignore_eos``, ``stop_token_ids``, ``max_tokens`` -> "length"), then the
+    detokenizer's stop strings (``v1/engine/detokenizer.py``), which override a "length" finish. A stop token
+    ends the text before its own text unless ``include_stop_str_in_output``; a stop string likewise.
+    """
+    new = len(text) if new_text_len is None else new_text_len
+    n = len(token_ids)
+    reason: Literal["stop", "length"] | None = None
+    stop_reason: int | str | None = None
+    if n >= params.min_tokens:
+        last = token_ids[-1]
+        if not params.ignore_eos and eos_token_id is not None and last == eos_token_id:
+            reason = "stop"
+        elif last in params.stop_token_ids:
+            reason, stop_reason = "stop", last
+        elif params.max_tokens is not None and n >= params.max_tokens:
+            reason = "length"
+        if reason == "stop" and not params.include_stop_str_in_output:
+            text, new = text[:len(text) - new], 0
+    if params.stop and new and n > params.min_tokens:
+        for stop_str in params.stop:
+            # vLLM's check_stop_strings: a match must end inside the new characters.
+            index = text.find(stop_str, 1 - new - len(stop_str))
+            if index == -1:
+                continue
+            reason, stop_reason = "stop", stop_str
+            if params.include_stop_str_in_output:
+                index += len(stop_str)
+            text = text[:index]
+            break
+    return StopCheck(reason is not None, reason, stop_reason, text)
