@@ -8,8 +8,15 @@ The environment must be set before the first ttnn device or tensor is created (e
 import os
 
 import pytest
+from hypothesis import settings
 
 from tt_models.runtime import close_device, mock, open_device
+
+# CI explores the same hypothesis examples on every run (a new counterexample shows up in local runs, and
+# does not block a submission at random); deadlines are meaningless on a shared 2-core machine.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # tt-metal logs every device open and close at info level, down to its exit handler (after pytest's
 # summary): keep errors only.
