@@ -12,7 +12,7 @@ from transformers import GenerationMixin
 
 from tests.models.hf_reference import pcc
 from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
-from tests.models.test_llama_contract import _closeness, _fill_nan
+from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _closeness, _fill_nan
 from tests.models.vllm_driver import Request, VllmDriver
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
@@ -109,11 +109,7 @@ def test_teacher_forced_steps_match_hf(host_device, seq2seq_case, delivery):
     assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
     print(f"\n{name} {delivery}: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert min(scores) >= 0.99
-    never_owned = sorted(set(range(NUM_BLOCKS)) - ever_owned)
-    assert never_owned
-    for layer in kv[0]:
-        for t in layer:
-            assert torch.isnan(t.value[never_owned]).all(), "a block no request owned was written"
+    _assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
 
 
 def _suppress(logits, step, suppress):
