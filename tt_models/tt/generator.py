@@ -88,6 +88,21 @@ class Generator(VllmModelInterface):
             rows.append((start, end, self.replica_of_slot(slot)))
         return tokens, rows
 
+    def warmup_model_decode(self, kv_cache: Any = None, enable_trace: bool = False, max_batch_size: int | None = None,
+                            num_blocks: int | None = None, can_sample_on_device: bool = False, **kwargs: Any) -> None:
+        """Compile the decode path through ``decode_forward`` with every row a padding row
+        (``start_pos = -1``: no cache reads or writes)."""
+        if kv_cache is None:
+            return
+        rows = self.max_batch_size
+        self.decode_forward(tokens=torch.zeros(rows, 1, dtype=torch.int32), start_pos=torch.full((rows,), -1),
+                            page_table=torch.zeros(rows, num_blocks or 1, dtype=torch.int32), kv_cache=kv_cache,
+                            **self.padding_decode_inputs(rows))
+
+    def padding_decode_inputs(self, rows: int) -> dict[str, torch.Tensor]:
+        """Further decode arguments of ``rows`` padding rows (encoder-decoder models: their cross inputs)."""
+        return {}
+
     def replica_of_slot(self, slot: int) -> int:
         return slot // self.users_per_replica
 

@@ -119,18 +119,9 @@ class Seq2SeqGenerator(Generator):
                                       torch.full((1,), -1, dtype=torch.int32), torch.zeros_like(unwritten), length,
                                       cache)
 
-    def warmup_model_decode(self, kv_cache: Any = None, enable_trace: bool = False, max_batch_size: int | None = None,
-                            num_blocks: int | None = None, can_sample_on_device: bool = False, **kwargs: Any) -> None:
-        """Compile the decode path with every row a padding row (no cache reads or writes)."""
-        if kv_cache is None:
-            return
-        users = self.users_per_replica
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
-            with use(device):
-                model.decoder.decode(torch.zeros(users, dtype=torch.int64), torch.full((users,), -1),
-                                     torch.zeros(users, num_blocks or 1, dtype=torch.int32),
-                                     torch.zeros(users, 1, dtype=torch.int32), torch.zeros(users, dtype=torch.int64),
-                                     kv_cache[replica])
+    def padding_decode_inputs(self, rows: int) -> dict[str, torch.Tensor]:
+        return {"cross_page_table": torch.zeros(rows, 1, dtype=torch.int32),
+                "encoder_lens": torch.zeros(rows, dtype=torch.int32)}
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
                         cross_page_table: Any, encoder_inputs: list[Any], encoder_lens: Any,

@@ -49,17 +49,6 @@ class LlamaForCausalLM(Generator):
                 model.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
                               torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])
 
-    def warmup_model_decode(self, kv_cache: Any = None, enable_trace: bool = False, max_batch_size: int | None = None,
-                            num_blocks: int | None = None, can_sample_on_device: bool = False, **kwargs: Any) -> None:
-        """Compile the decode path with every row a padding row (``start_pos = -1``: no cache writes)."""
-        if kv_cache is None:
-            return
-        users = self.users_per_replica
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
-            with use(device):
-                model.decode(torch.zeros(users, dtype=torch.int64), torch.full((users,), -1),
-                             torch.zeros(users, num_blocks or 1, dtype=torch.int32), kv_cache[replica])
-
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any,
                         start_pos: Any = None, enable_trace: bool = False, empty_slots: Any = None,
                         **kwargs: Any) -> torch.Tensor:
