@@ -97,9 +97,18 @@ class KVBlockManager:
         """The sequence's self-attention blocks (host block ids while its request is swapped out)."""
         return list(self._seq(seq_id).table)
 
+    def table_tail(self, seq_id: int) -> tuple[int, int]:
+        """The length and last block of the sequence's self table, without copying it (O(1))."""
+        table = self._seq(seq_id).table
+        return len(table), table[-1] if table else -1
+
     def cross_table(self, request_id: str) -> list[int]:
         """The request's cross-attention blocks; empty for a decoder-only request or after ``free_cross``."""
         return list(self._request(request_id).cross or ())
+
+    def num_request_blocks(self, request_id: str) -> int:
+        """The request's distinct blocks (the seed's "seq group blocks"), wherever they are."""
+        return len(self._blocks(self._request(request_id)))
 
     def is_swapped_out(self, request_id: str) -> bool:
         return self._request(request_id).on_host
@@ -135,6 +144,10 @@ class KVBlockManager:
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self._append_cost(self._resident_seq(seq_id), num_tokens)[0] <= self.num_free_blocks
+
+    def blocks_to_append(self, seq_id: int, num_tokens: int = 1) -> int:
+        """Free blocks that ``append(seq_id, num_tokens)`` would take."""
+        return self._append_cost(self._resident_seq(seq_id), num_tokens)[0]
 
     def append(self, seq_id: int, num_tokens: int = 1) -> tuple[int, int] | None:
         """Room for ``num_tokens`` more tokens: a new block each time the sequence crosses a block boundary.

@@ -14,7 +14,7 @@ import torch
 
 from tt_models.runtime import ttnn, use
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
-from tt_models.tt.weights import to_host
+from tt_models.tt.weights import as_tensor, to_host
 from tt_models.vllm import VllmModelInterface
 
 
@@ -71,6 +71,32 @@ class Generator(VllmModelInterface):
                 layers = num_layers or model.n_layers
                 caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device))
         return caches
+
+    # Swap: tt-models' extension of the contract, for an engine that preempts by swapping KV to host memory.
+
+    def read_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int]) -> list[torch.Tensor]:
+        """The K/V of ``block_ids`` in every layer, per replica: ``[layers, 2, len(block_ids), n_kv_heads,
+        block_size, head_dim]`` float32 host tensors (values as the cache dtype holds them)."""
+        out = []
+        for cache, device in zip(kv_cache, self.devices):
+            with use(device):
+                out.append(torch.stack([torch.stack([torch.cat([self._read_block(t, b, device) for b in block_ids])
+                                                     for t in layer]) for layer in cache]))
+        return out
+
+    def write_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int], data: list[torch.Tensor]) -> None:
+        """Write what :meth:`read_kv_blocks` returned into ``block_ids`` (``fill_cache`` of whole blocks)."""
+        for cache, device, values in zip(kv_cache, self.devices, data):
+            with use(device):
+                for layer, layer_values in zip(cache, values):
+                    for t, blocks in zip(layer, layer_values):
+                        for b, block in zip(block_ids, blocks):
+                            ttnn.fill_cache(t, as_tensor(block[None], device, dtype=t.dtype), batch_idx=int(b))
+
+    @staticmethod
+    def _read_block(t: Any, block: int, device: Any) -> torch.Tensor:
+        _, heads, block_size, head_dim = t.shape
+        return to_host(ttnn.slice(t, [block, 0, 0, 0], [block + 1, heads, block_size, head_dim]), device).float()
 
     def prefill_rows(self, tokens: Any, prompt_lens: Any, start_pos: Any,
                      empty_slots: Any) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:

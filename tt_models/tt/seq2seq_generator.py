@@ -66,9 +66,14 @@ class Seq2SeqGenerator(Generator):
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
-                        tt_data_parallel: int = 1, optimizations: str | None = None) -> "Seq2SeqGenerator":
+                        tt_data_parallel: int = 1, optimizations: str | None = None,
+                        max_seq_len: int | None = None) -> "Seq2SeqGenerator":
+        """``max_seq_len`` (decoder tokens) may not exceed the decoder's learned positions."""
         def build(device: Any, users: int) -> Seq2SeqModel:
             args = Seq2SeqArgs.from_hf(hf_config, max_batch_size=users)
+            if max_seq_len is not None and max_seq_len > args.max_target_positions:
+                raise ValueError(f"max_seq_len {max_seq_len} exceeds the decoder's {args.max_target_positions} "
+                                 "positions")
             precision = seq2seq_precision(optimizations)
             return Seq2SeqModel(args, precision, cls.build_encoder(args, state, device, precision),
                                 cls.build_decoder(args, state, device, precision))

@@ -1,0 +1,96 @@
+"""The engine's configuration and the sizes it derives from the model's HF config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from transformers import PretrainedConfig
+
+_DEFAULT_KV_CACHE_GIB = 2.0  # default pool size when num_kv_blocks is not given
+_BYTES_PER_KV_ELEMENT = 2  # bfloat16 on the device: the pool is sized as the device holds it
+
+
+@dataclass(frozen=True)
+class KVShape:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+    def block_bytes(self, block_size: int) -> int:
+        """K and V of one block in every layer."""
+        return 2 * self.num_layers * self.num_kv_heads * block_size * self.head_dim * _BYTES_PER_KV_ELEMENT
+
+
+def kv_shape(hf_config: PretrainedConfig) -> KVShape:
+    """Decoder self-attention K/V geometry (cross blocks have the same shape: one pool holds both)."""
+    if getattr(hf_config, "is_encoder_decoder", False):
+        heads = hf_config.decoder_attention_heads
+        return KVShape(hf_config.decoder_layers, heads, hf_config.d_model // heads)
+    heads = hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
+    return KVShape(hf_config.num_hidden_layers, getattr(hf_config, "num_key_value_heads", None) or heads, head_dim)
+
+
+def model_max_len(hf_config: PretrainedConfig) -> int:
+    """The decoder's own context limit."""
+    if hf_config.model_type == "whisper":
+        return hf_config.max_target_positions
+    return hf_config.max_position_embeddings
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What ``LLM(...)`` takes beyond the model, resolved against the model (see :meth:`resolve`).
+
+    ``max_num_batched_tokens`` is the prefill token budget per step: with chunked prefill a prompt longer
+    than what is left of it runs in chunks over several steps; without, a prompt runs whole and the budget
+    must hold the longest one. ``preemption_mode`` None is vLLM v0's rule: recompute a request with one
+    sequence, swap one with several (falling back to recomputation when host blocks run out).
+    """
+
+    max_num_seqs: int = 32
+    max_model_len: int | None = None
+    block_size: int = 64
+    num_kv_blocks: int | None = None
+    num_host_kv_blocks: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool = True
+    preemption_mode: Literal["recompute", "swap"] | None = None
+    max_num_waiting: int | None = None
+
+    def resolve(self, hf_config: PretrainedConfig, max_encoder_len: int) -> EngineConfig:
+        """Fill in the defaults and check the values against the model; raises ValueError naming the problem."""
+        limit = model_max_len(hf_config)
+        max_model_len = self.max_model_len or limit
+        if not 1 < max_model_len <= limit:
+            raise ValueError(f"max_model_len {max_model_len} must be in 2..{limit} (the model's context)")
+        if not 1 <= self.max_num_seqs <= 32:
+            raise ValueError(f"max_num_seqs {self.max_num_seqs} must be in 1..32: decode runs one 32-row tile "
+                             "of users per replica")
+        if self.block_size < 32 or self.block_size % 32:
+            raise ValueError(f"block_size {self.block_size} must be a positive multiple of 32 (one tile)")
+        if self.preemption_mode not in (None, "recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute', 'swap' or None, got {self.preemption_mode!r}")
+        blocks = lambda tokens: -(-tokens // self.block_size)  # noqa: E731
+        one_request = blocks(max_model_len) + blocks(max_encoder_len)
+        num_kv_blocks = self.num_kv_blocks
+        if num_kv_blocks is None:
+            budget = int(_DEFAULT_KV_CACHE_GIB * 2**30) // kv_shape(hf_config).block_bytes(self.block_size)
+            num_kv_blocks = max(one_request, min(self.max_num_seqs * one_request, budget))
+        if num_kv_blocks < one_request:
+            raise ValueError(f"num_kv_blocks {num_kv_blocks} cannot hold one request at max_model_len "
+                             f"{max_model_len} (needs {one_request} blocks of {self.block_size}); lower "
+                             "max_model_len or raise num_kv_blocks")
+        budget = self.max_num_batched_tokens
+        if budget is None:
+            budget = 2048 if self.enable_chunked_prefill else max(max_model_len, 2048)
+        if budget < 1 or (not self.enable_chunked_prefill and budget < max_model_len):
+            raise ValueError(f"max_num_batched_tokens {budget} must be >= 1, and >= max_model_len "
+                             f"({max_model_len}) without chunked prefill")
+        return EngineConfig(
+            max_num_seqs=self.max_num_seqs, max_model_len=max_model_len, block_size=self.block_size,
+            num_kv_blocks=num_kv_blocks,
+            num_host_kv_blocks=num_kv_blocks if self.num_host_kv_blocks is None else self.num_host_kv_blocks,
+            max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
+            preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting)

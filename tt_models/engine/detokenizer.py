@@ -1,0 +1,48 @@
+"""Incremental detokenization: each new token's text as soon as it forms whole UTF-8 characters.
+
+As vLLM's ``FastIncrementalDetokenizer`` does, a fast tokenizer streams through ``tokenizers``'
+``DecodeStream``, primed with the end of the prompt so that the first output token gets the spacing it has
+after the prompt (SentencePiece and byte-level BPE both depend on the previous token). A slow tokenizer
+re-decodes the output (quadratic, but correct).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tokenizers.decoders import DecodeStream
+from transformers import PreTrainedTokenizerBase
+
+_PROMPT_CONTEXT = 6  # prompt tokens that prime the stream (vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET + 1)
+
+
+class IncrementalDetokenizer:
+    """The text of one output sequence, grown token by token."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase | None, prompt_token_ids: Sequence[int],
+                 skip_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.text = ""
+        self._ids: list[int] = []
+        self._stream = None
+        if tokenizer is not None and tokenizer.is_fast:
+            self._stream = DecodeStream(ids=list(prompt_token_ids[-_PROMPT_CONTEXT:]),
+                                        skip_special_tokens=skip_special_tokens)
+
+    def step(self, token_id: int) -> int:
+        """Add a token; returns how many characters it added to ``text``."""
+        if self.tokenizer is None:
+            return 0
+        if self._stream is not None:
+            piece = self._stream.step(self.tokenizer._tokenizer, token_id) or ""
+        else:
+            self._ids.append(token_id)
+            whole = self.tokenizer.decode(self._ids, skip_special_tokens=self.skip_special_tokens)
+            piece = whole[len(self.text):] if whole.startswith(self.text) and not whole.endswith("\ufffd") else ""
+        self.text += piece
+        return len(piece)
+
+    def decode_token(self, token_id: int) -> str | None:
+        """One token's own text (for logprobs)."""
+        return None if self.tokenizer is None else self.tokenizer.decode([token_id])

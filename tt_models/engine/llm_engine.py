@@ -1,0 +1,186 @@
+"""The engine loop: requests in, one scheduled model step at a time, outputs out.
+
+``add_request`` checks and processes a prompt at once (a bad one raises ValueError for that request alone);
+``step`` schedules, runs the model, samples, detokenizes, checks stops and frees the blocks of finished
+sequences and requests at once; ``abort_request`` ends a request wherever it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import torch
+
+from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
+from tt_models.engine.config import EngineConfig
+from tt_models.engine.detokenizer import IncrementalDetokenizer
+from tt_models.engine.inputs import InputProcessor, PromptType
+from tt_models.engine.model_runner import ModelRunner
+from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.request import Request, Sequence
+from tt_models.engine.sampling import LogitsRules, Sampler, SamplingParams
+from tt_models.engine.scheduler import Scheduler, SchedulerOutput
+
+
+def _eos_token_id(checkpoint: Checkpoint) -> int | None:
+    """The token that ends generation: the generation config's, else the model config's (the first of a list)."""
+    for source in (checkpoint.generation_config, checkpoint.config):
+        eos = getattr(source, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        if eos is not None:
+            return int(eos)
+    return None
+
+
+class LLMEngine:
+    def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
+                 optimizations: str | None = None) -> None:
+        hf_config = checkpoint.config
+        self.checkpoint = checkpoint
+        self.tokenizer = checkpoint.tokenizer
+        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+        max_encoder_len = 0
+        if self.is_encoder_decoder:
+            max_encoder_len = (hf_config.max_source_positions if hf_config.model_type == "whisper"
+                               else hf_config.max_position_embeddings)
+        self.config = config.resolve(hf_config, max_encoder_len)
+        self.processor = InputProcessor(hf_config, self.tokenizer, processor=checkpoint.processor,
+                                        generation_config=checkpoint.generation_config,
+                                        max_model_len=self.config.max_model_len)
+        self.eos_token_id = _eos_token_id(checkpoint)
+        rules = (LogitsRules.from_generation_config(checkpoint.generation_config)
+                 if checkpoint.generation_config is not None else None)
+        self.sampler = Sampler(rules)
+        self.scheduler = Scheduler(self.config)
+        self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations)
+        self.requests: dict[str, Request] = {}
+        self._seq_ids = itertools.count()
+        self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
+
+    @classmethod
+    def from_model(cls, model: str, config: EngineConfig, **kwargs: Any) -> LLMEngine:
+        return cls(load_hf_checkpoint(model), config, **kwargs)
+
+    def close(self) -> None:
+        self.runner.close()
+
+    # Requests.
+
+    def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams | None = None, *,
+                    arrival_time: float | None = None, language: str | None = None,
+                    task: str | None = None) -> Request:
+        """Queue a request. Raises ValueError (naming the problem) for a bad prompt or parameters, and for a
+        request that could never fit in the KV pool; nothing is queued then."""
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        inputs = self.processor.process(prompt, language=language, task=task)
+        request = Request(request_id, inputs, params, time.monotonic() if arrival_time is None else arrival_time,
+                          self.eos_token_id, self.config.max_model_len)
+        kv = self.scheduler.kv
+        worst = params.n * kv.num_blocks_for(len(inputs.prompt_token_ids) + request.max_new_tokens) \
+            + kv.num_blocks_for(inputs.encoder_len)
+        if worst > self.config.num_kv_blocks:
+            raise ValueError(f"request {request_id!r} may need {worst} KV blocks (n={params.n}, up to "
+                             f"{len(inputs.prompt_token_ids) + request.max_new_tokens} tokens each) but the pool "
+                             f"has {self.config.num_kv_blocks}; lower n or max_tokens")
+        queue_limit = self.config.max_num_waiting
+        if queue_limit is not None and len(self.scheduler.waiting) >= queue_limit:
+            raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
+        request.seqs.append(self._new_seq(request, 0))
+        self.requests[request_id] = request
+        self.scheduler.add(request)
+        return request
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """End a request now (finish reason "abort") and free its blocks; None if it is not running."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        live = request.live_seqs
+        self._finish(request)
+        for seq in live:
+            seq.finish_reason = "abort"
+            self.runner.remove(seq)
+        return request.output()
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # Steps.
+
+    def step(self) -> list[RequestOutput]:
+        """One model step; returns the outputs of every request that advanced (finished ones included)."""
+        out = self.scheduler.schedule()
+        for seq in out.preempted:
+            self.runner.remove(seq)
+        if not out.scheduled:
+            if out.swap_out or out.swap_in:  # nothing to run this step, but the blocks moved
+                self.runner.execute_swaps(out)
+            return []
+        logits = self.runner.execute(out, self.scheduler.kv)
+        self.stats["prefill_steps" if out.is_prefill else "decode_steps"] += 1
+        return self._process(out, logits)
+
+    def _process(self, out: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+        now = time.monotonic()
+        rows: list[int] = []
+        seqs: list[Sequence] = []
+        for i, (seq, tokens) in enumerate(out.scheduled):
+            seq.num_computed += tokens
+            seq.redo_last_block = False
+            request = seq.request
+            if out.is_prefill:
+                request.encoder_cached = True
+                self.stats["prompt_tokens"] += tokens
+            if seq.num_computed < len(seq.token_ids):
+                continue  # a prefill chunk that is not the last
+            family = [seq]
+            if len(request.seqs) < request.params.n:  # the prompt is done: fork the other n - 1
+                family += [self._fork(seq, index) for index in range(1, request.params.n)]
+            rows += [i] * len(family)
+            seqs += family
+
+        touched: dict[str, Request] = {}
+        if seqs:
+            sampled = self.sampler.sample(logits[rows], [s.state for s in seqs])
+            for seq, token, logprobs in zip(seqs, sampled.tokens.tolist(), sampled.logprobs):
+                request = seq.request
+                if request.metrics.first_token_time is None:
+                    request.metrics.first_token_time = now
+                seq.append_token(token, logprobs)
+                self.stats["generated_tokens"] += 1
+                touched[request.request_id] = request
+                if seq.finished:
+                    self.runner.remove(seq)
+                    self.scheduler.free_seq(seq)
+                else:
+                    self.runner.append_token(seq, token)
+        for request in touched.values():
+            if not request.live_seqs and len(request.seqs) == request.params.n:
+                self.requests.pop(request.request_id)
+                self._finish(request)
+        return [request.output() for request in touched.values()]
+
+    def _new_seq(self, request: Request, index: int) -> Sequence:
+        params = request.child_params(index)
+        detokenizer = IncrementalDetokenizer(self.tokenizer, request.inputs.prompt_token_ids,
+                                             params.skip_special_tokens)
+        return Sequence(next(self._seq_ids), request, index, params, detokenizer)
+
+    def _fork(self, parent: Sequence, index: int) -> Sequence:
+        child = self._new_seq(parent.request, index)
+        child.token_ids = list(parent.token_ids)
+        child.num_computed = parent.num_computed
+        self.scheduler.fork(parent, child)
+        parent.request.seqs.append(child)
+        return child
+
+    def _finish(self, request: Request) -> None:
+        self.scheduler.finish(request)
+        request.metrics.finished_time = time.monotonic()

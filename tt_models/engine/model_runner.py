@@ -1,0 +1,141 @@
+"""Runs scheduled steps on a generator class, only through the TT vLLM contract (plus swap).
+
+It builds the generator as TT vLLM's runner does (``initialize_vllm_model``'s arguments, weights already in
+memory via ``from_state_dict``), allocates the KV pool with ``allocate_kv_cache``, keeps the persistent
+input batch in step with the scheduler's sequences, and turns each step into one ``prefill_forward`` or
+``decode_forward`` call whose arguments :class:`InputBatch` builds the way TT vLLM builds them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
+)
+
+from tt_models.checkpoints import Checkpoint
+from tt_models.engine.config import EngineConfig, kv_shape
+from tt_models.engine.input_batch import InputBatch, page_table_width
+from tt_models.engine.request import Sequence
+from tt_models.engine.scheduler import SchedulerOutput
+from tt_models.runtime import close_device, open_device
+
+
+def generator_classes() -> dict[str, type]:
+    """The generator class of each HF architecture (those ``generator_vllm.py`` exports to TT vLLM)."""
+    from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
+    from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+    from tt_models.models.whisper.generator import WhisperForConditionalGeneration
+
+    return {cls.__name__: cls for cls in (BartForConditionalGeneration, MBartForConditionalGeneration,
+                                          LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+                                          WhisperForConditionalGeneration)}
+
+
+def generator_class(hf_config: Any) -> type:
+    """The generator class of the config's architecture."""
+    classes = generator_classes()
+    archs = list(getattr(hf_config, "architectures", None) or [])
+    if not archs:  # a config without architectures (GGUF): the model type's generation class in HF's auto maps
+        archs = [names[hf_config.model_type] for names in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                           MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+                                                           MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)
+                 if hf_config.model_type in names]
+    for arch in archs:
+        if arch in classes:
+            return classes[arch]
+    raise ValueError(f"unsupported architecture {archs or hf_config.model_type!r}: tt-models serves {sorted(classes)}")
+
+
+class ModelRunner:
+    def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
+                 optimizations: str | None = None) -> None:
+        hf_config = checkpoint.config
+        self.config = config
+        self.vocab_size: int = hf_config.vocab_size
+        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+        self.device = open_device(backend)
+        cls = generator_class(hf_config)
+        self.model = cls.from_state_dict(hf_config, checkpoint.state_dict, self.device, config.max_num_seqs,
+                                         max_seq_len=config.max_model_len, optimizations=optimizations)
+        shape = kv_shape(hf_config)
+        self.kv_cache = self.model.allocate_kv_cache(
+            (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
+            shape.num_layers)
+        max_cross = -(-self.model.max_cross_attn_tokens // config.block_size) if self.is_encoder_decoder else 0
+        self.batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size,
+                                page_table_width(config.max_model_len, config.block_size, config.num_kv_blocks),
+                                max_cross_blocks=max_cross)
+        self._block_tails: dict[str, tuple[int, int]] = {}  # each row's table length and last block
+        self._host_kv: dict[int, list[torch.Tensor]] = {}  # swapped-out blocks by host block id
+
+    def close(self) -> None:
+        close_device(self.device)
+
+    # The batch.
+
+    def remove(self, seq: Sequence) -> None:
+        if seq.key in self.batch.row_of:
+            self.batch.remove_request(seq.key)
+            del self._block_tails[seq.key]
+
+    def append_token(self, seq: Sequence, token_id: int) -> None:
+        """A sampled token into the sequence's row (a sequence without one, a new fork, gets its row with its
+        tokens when it is next scheduled)."""
+        if seq.key in self.batch.row_of:
+            self.batch.append_token(seq.key, token_id)
+
+    def _sync(self, seq: Sequence, kv: Any) -> None:
+        """Put the sequence in a row if it has none, and bring its row's block table up to date."""
+        tail = kv.table_tail(seq.seq_id)
+        if seq.key not in self.batch.row_of:
+            cross = kv.cross_table(seq.request.request_id) if self.is_encoder_decoder else None
+            self.batch.add_request(seq.key, seq.token_ids, kv.self_table(seq.seq_id), cross_block_ids=cross,
+                                   encoder_len=seq.request.encoder_len, num_computed_tokens=seq.num_computed)
+        elif self._block_tails[seq.key] != tail:
+            row = self.batch.row_of[seq.key]
+            known = int(self.batch.num_blocks[row])
+            table = kv.self_table(seq.seq_id)
+            self.batch.block_table[row, known - 1:known] = table[known - 1:known]  # a copy-on-write block
+            self.batch.append_blocks(seq.key, table[known:])
+        self._block_tails[seq.key] = tail
+
+    # Steps.
+
+    def execute(self, out: SchedulerOutput, kv: Any) -> torch.Tensor:
+        """Run the step; returns float32 logits ``[len(out.scheduled), vocab]`` at each row's last token."""
+        self.execute_swaps(out)
+        for seq, _ in out.scheduled:
+            self._sync(seq, kv)
+        step = self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
+        if out.is_prefill:
+            encoder_inputs = None
+            if self.is_encoder_decoder:
+                encoder_inputs = [None if seq.request.encoder_cached else seq.request.inputs.encoder_input
+                                  for seq, _ in out.scheduled]
+            logits = self.model.prefill_forward(**self.batch.prefill_kwargs(step, encoder_inputs),
+                                                kv_cache=self.kv_cache)[:, 0]
+        else:
+            tt_out = self.model.decode_forward(**self.batch.decode_kwargs(step), kv_cache=self.kv_cache,
+                                               read_from_device=False)
+            logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))
+            logits = logits[torch.from_numpy(step.rows).long(), 0]
+        self.batch.advance(step)
+        return logits[:, : self.vocab_size].float()
+
+    def execute_swaps(self, out: SchedulerOutput) -> None:
+        """Swap-outs first: their device blocks may be the ones a swap-in or this step writes next."""
+        if out.swap_out:
+            device_blocks, host_blocks = zip(*out.swap_out.items())
+            data = self.model.read_kv_blocks(self.kv_cache, device_blocks)
+            for i, host in enumerate(host_blocks):
+                self._host_kv[host] = [replica[:, :, i] for replica in data]
+        if out.swap_in:
+            host_blocks, device_blocks = zip(*out.swap_in.items())
+            data = [torch.stack([self._host_kv.pop(h)[r] for h in host_blocks], dim=2)
+                    for r in range(len(self.kv_cache))]
+            self.model.write_kv_blocks(self.kv_cache, device_blocks, data)

@@ -1,0 +1,123 @@
+"""A request and its sequences as the engine tracks them (vLLM v0's sequence group, v1's request).
+
+A request starts with one sequence; with ``n > 1`` it forks into ``n`` once its prompt is computed: the
+children share the prompt's KV blocks and the request's one cross table, and each gets its own seed
+(``seed + index``, as vLLM's parallel sampling does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from tt_models.engine.detokenizer import IncrementalDetokenizer
+from tt_models.engine.inputs import ProcessedInputs
+from tt_models.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # not admitted, or preempted by recomputation
+    RUNNING = "running"  # its blocks are on the device
+    SWAPPED = "swapped"  # preempted by swapping: its blocks are in host memory
+    FINISHED = "finished"
+
+
+class Sequence:
+    """One output sequence: the decoder tokens (prompt, then output), how many are in the KV cache, and
+    its sampling and detokenization state."""
+
+    def __init__(self, seq_id: int, request: Request, index: int, params: SamplingParams,
+                 detokenizer: IncrementalDetokenizer) -> None:
+        self.seq_id = seq_id
+        self.request = request
+        self.index = index
+        self.key = f"{request.request_id}#{index}"  # its row's name in the input batch
+        self.token_ids = list(request.inputs.prompt_token_ids)
+        self.num_computed = 0  # tokens whose K/V is in the cache
+        self.redo_last_block = False  # its copy of a shared last block must be recomputed (copy-on-write)
+        self.state = RowState(params, request.inputs.prompt_token_ids, eos_token_id=request.eos_token_id)
+        self.detokenizer = detokenizer
+        self.text = ""
+        self.logprobs: list[dict[int, Logprob]] | None = [] if params.logprobs is not None else None
+        self.cumulative_logprob = 0.0 if params.logprobs is not None else None
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.state.output_token_ids
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.token_ids) - self.num_computed
+
+    @property
+    def needs_prefill(self) -> bool:
+        """A decode step runs exactly one token after a computed prefix; anything else is a prefill."""
+        return self.num_computed == 0 or self.num_uncomputed > 1 or self.redo_last_block
+
+    def append_token(self, token_id: int, logprobs: TokenLogprobs | None) -> None:
+        """Record a sampled token, detokenize it and check whether the sequence is done."""
+        self.token_ids.append(token_id)
+        self.output_token_ids.append(token_id)
+        added = self.detokenizer.step(token_id)
+        if logprobs is not None:
+            self.cumulative_logprob += logprobs.logprob
+            entry = {tok: Logprob(lp, rank + 1, self.detokenizer.decode_token(tok))
+                     for rank, (tok, lp) in enumerate(logprobs.top)}
+            entry[token_id] = Logprob(logprobs.logprob, logprobs.rank, self.detokenizer.decode_token(token_id))
+            self.logprobs.append(entry)
+        stop = check_stop(self.output_token_ids, self.detokenizer.text, self.state.params, self.request.eos_token_id,
+                          new_text_len=added)
+        self.text = stop.text
+        if stop.finished:
+            self.finish_reason, self.stop_reason = stop.reason, stop.stop_reason
+
+    def completion(self) -> CompletionOutput:
+        return CompletionOutput(self.index, self.text, list(self.output_token_ids), self.cumulative_logprob,
+                                None if self.logprobs is None else list(self.logprobs), self.finish_reason,
+                                self.stop_reason)
+
+
+class Request:
+    """A submitted prompt with its sampling parameters; ``seqs`` grows to ``n`` after the prompt."""
+
+    def __init__(self, request_id: str, inputs: ProcessedInputs, params: SamplingParams, arrival_time: float,
+                 eos_token_id: int | None, max_model_len: int) -> None:
+        self.request_id = request_id
+        self.inputs = inputs
+        self.params = params
+        self.eos_token_id = eos_token_id
+        self.status = RequestStatus.WAITING
+        self.seqs: list[Sequence] = []
+        self.encoder_cached = False  # its cross K/V is in its cross blocks
+        self.metrics = RequestMetrics(arrival_time)
+        # No sequence may outgrow the model's context, whatever max_tokens says.
+        room = max_model_len - len(inputs.prompt_token_ids)
+        self.max_new_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
+
+    @property
+    def encoder_len(self) -> int:
+        return self.inputs.encoder_len
+
+    @property
+    def live_seqs(self) -> list[Sequence]:
+        return [s for s in self.seqs if not s.finished]
+
+    def child_params(self, index: int) -> SamplingParams:
+        """Sequence ``index``'s parameters: a seeded request's children draw from ``seed + index``, and every
+        sequence stops at the context limit."""
+        seed = None if self.params.seed is None else self.params.seed + index
+        return dataclasses.replace(self.params, seed=seed, max_tokens=self.max_new_tokens)
+
+    def output(self) -> RequestOutput:
+        inputs = self.inputs
+        return RequestOutput(self.request_id, inputs.prompt, list(inputs.prompt_token_ids), None,
+                             [s.completion() for s in self.seqs], self.status is RequestStatus.FINISHED,
+                             self.metrics, inputs.encoder_prompt,
+                             None if inputs.encoder_prompt_token_ids is None else list(inputs.encoder_prompt_token_ids))
