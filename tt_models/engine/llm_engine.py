@@ -37,7 +37,7 @@ def _eos_token_id(checkpoint: Checkpoint) -> int | None:
 
 class LLMEngine:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
-                 optimizations: str | None = None) -> None:
+                 optimizations: str | None = None, generator: Any = None) -> None:
         hf_config = checkpoint.config
         self.checkpoint = checkpoint
         self.tokenizer = checkpoint.tokenizer
@@ -55,7 +55,8 @@ class LLMEngine:
                  if checkpoint.generation_config is not None else None)
         self.sampler = Sampler(rules)
         self.scheduler = Scheduler(self.config)
-        self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations)
+        self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
+                                  generator=generator)
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}

@@ -53,15 +53,19 @@ def generator_class(hf_config: Any) -> type:
 
 class ModelRunner:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
-                 optimizations: str | None = None) -> None:
+                 optimizations: str | None = None, generator: Any = None) -> None:
+        """``generator``: an already built object with the contract's methods, used instead of building the
+        checkpoint's class (benchmarks of the engine alone pass one that does no work)."""
         hf_config = checkpoint.config
         self.config = config
         self.vocab_size: int = hf_config.vocab_size
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
         self.device = open_device(backend)
-        cls = generator_class(hf_config)
-        self.model = cls.from_state_dict(hf_config, checkpoint.state_dict, self.device, config.max_num_seqs,
-                                         max_seq_len=config.max_model_len, optimizations=optimizations)
+        if generator is None:
+            generator = generator_class(hf_config).from_state_dict(
+                hf_config, checkpoint.state_dict, self.device, config.max_num_seqs, max_seq_len=config.max_model_len,
+                optimizations=optimizations)
+        self.model = generator
         shape = kv_shape(hf_config)
         self.kv_cache = self.model.allocate_kv_cache(
             (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
