@@ -22,6 +22,8 @@ from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSpeechSeq2Seq,
     AutoTokenizer,
     GenerationConfig,
     GgufConfig,
@@ -29,6 +31,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     ProcessorMixin,
 )
+from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
 from tt_models.checkpoints.smollm2 import smollm2_135m_instruct_path
 from tt_models.checkpoints.whisper_ct2 import (
@@ -110,10 +113,19 @@ def _resolve(model: str | Path) -> Path:
 
 def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
-    weights = AutoModelForCausalLM.from_pretrained(directory, config=config, dtype=dtype, local_files_only=True)
+    weights = _model_class(config).from_pretrained(directory, config=config, dtype=dtype, local_files_only=True)
     has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True) if has_tokenizer else None
     return Checkpoint(config, weights.state_dict(), tokenizer, directory)
+
+
+def _model_class(config: PretrainedConfig) -> type:
+    """The HF class whose weights are the whole checkpoint: a causal-LM class would drop an encoder."""
+    if config.model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+        return AutoModelForSpeechSeq2Seq
+    if getattr(config, "is_encoder_decoder", False):
+        return AutoModelForSeq2SeqLM
+    return AutoModelForCausalLM
 
 
 def _load_gguf(file: Path, dtype: torch.dtype) -> Checkpoint:

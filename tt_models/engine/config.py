@@ -7,7 +7,7 @@ from typing import Literal
 
 from transformers import PretrainedConfig
 
-_DEFAULT_KV_CACHE_GIB = 2.0  # default pool size when num_kv_blocks is not given
+_DEFAULT_KV_CACHE_GIB = 1.0  # default pool size when num_kv_blocks is not given
 _BYTES_PER_KV_ELEMENT = 2  # bfloat16 on the device: the pool is sized as the device holds it
 
 

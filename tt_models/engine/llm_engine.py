@@ -83,6 +83,8 @@ class LLMEngine:
         inputs = self.processor.process(prompt, language=language, task=task)
         request = Request(request_id, inputs, params, time.monotonic() if arrival_time is None else arrival_time,
                           self.eos_token_id, self.config.max_model_len)
+        if params.n > self.config.max_num_seqs:
+            raise ValueError(f"n={params.n} sequences exceed max_num_seqs={self.config.max_num_seqs}")
         kv = self.scheduler.kv
         worst = params.n * kv.num_blocks_for(len(inputs.prompt_token_ids) + request.max_new_tokens) \
             + kv.num_blocks_for(inputs.encoder_len)

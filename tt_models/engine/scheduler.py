@@ -2,16 +2,18 @@
 
 As TT vLLM's runner does, a step is all prefill or all decode, never mixed. The policy is vLLM v0's:
 
-1. Swapped-out requests come back first, oldest first, while their blocks (plus one per sequence for the
-   next token) and batch slots fit.
-2. A prefill step runs whenever there is prefill work: running sequences with uncomputed prompt tokens
-   (later chunks, recomputation, a copy-on-write block to rebuild), then waiting requests admitted in
-   arrival order (FCFS: admission stops at the first request that does not fit) while there are free
-   blocks, free slots and prefill token budget. With chunked prefill the last sequence takes what is left
-   of the budget and continues in later steps (``start_pos > 0``); without it, a prompt runs whole.
-3. Otherwise a decode step runs the last token of every running sequence. A sequence that needs a block
+1. A prefill step runs whenever there is prefill work: running sequences with uncomputed prompt tokens
+   (later chunks, recomputation, a copy-on-write block to rebuild), then, while no request is swapped out,
+   waiting requests admitted in arrival order (FCFS: admission stops at the first request that does not
+   fit) while there are free blocks, free slots and prefill token budget. With chunked prefill the last
+   sequence takes what is left of the budget and continues in later steps (``start_pos > 0``); without
+   it, a prompt runs whole.
+2. Otherwise a decode step runs the last token of every running sequence. A sequence that needs a block
    when none is free preempts the most recently admitted request: by swapping its blocks to host memory,
    or by freeing them and recomputing it later from its tokens, which gives the same output.
+3. If that step preempted nothing, swapped-out requests come back, oldest first, while their blocks (plus
+   one per sequence for the next token) and batch slots fit, and decode in the same step. (Swapping in
+   before preempting could swap a request in and out in one step, saving blocks not yet written back.)
 
 A sequence that must write into a last block it shares with a sibling (``n > 1``) gets a block of its own
 (copy-on-write); instead of copying the block, which the model contract has no call for, the engine
@@ -57,11 +59,12 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        self._swap_in(out)
         out.scheduled = self._prefills()
         out.is_prefill = bool(out.scheduled)
         if not out.is_prefill:
             out.scheduled = self._decodes(out)
+            if not out.preempted:  # as vLLM v0: swap in only when this step preempted nothing
+                out.scheduled += self._swap_in(out)
         return out
 
     # Finishing.
@@ -94,17 +97,33 @@ class Scheduler:
         """Batch slots of running requests; a request keeps ``n`` slots from admission on."""
         return sum(max(len(r.live_seqs), r.params.n - len(r.seqs) + len(r.live_seqs)) for r in self.running)
 
-    def _swap_in(self, out: SchedulerOutput) -> None:
+    def _swap_in(self, out: SchedulerOutput) -> list[tuple[Sequence, int]]:
+        """Bring swapped-out requests back, oldest first, while their blocks, one more block per sequence
+        and their slots fit; they decode in this step."""
+        scheduled: list[tuple[Sequence, int]] = []
         while self.swapped:
             request = self.swapped[0]
             seqs = request.live_seqs
             blocks = self.kv.num_request_blocks(request.request_id)
             if (self._slots_used() + len(seqs) > self.config.max_num_seqs
                     or blocks + len(seqs) > self.kv.num_free_blocks):
-                return
+                break
             out.swap_in.update(self.kv.swap_in(request.request_id))
             request.status = RequestStatus.RUNNING
             self.running.append(self.swapped.popleft())
+            scheduled += self._append_slots(seqs)
+        return scheduled
+
+    def _append_slots(self, seqs: list[Sequence]) -> list[tuple[Sequence, int]]:
+        """A slot for each sequence's next token; a sequence whose last block was shared rebuilds its copy in
+        a prefill next step instead of decoding now."""
+        scheduled = []
+        for seq in seqs:
+            if self.kv.append(seq.seq_id) is not None:
+                seq.redo_last_block = True
+            else:
+                scheduled.append((seq, 1))
+        return scheduled
 
     def _prefills(self) -> list[tuple[Sequence, int]]:
         budget = self.config.max_num_batched_tokens
@@ -171,11 +190,7 @@ class Scheduler:
                 self._preempt(victim, out)
                 if victim is request:
                     return scheduled
-            for seq in seqs:
-                if self.kv.append(seq.seq_id) is not None:
-                    seq.redo_last_block = True  # rebuilt by a prefill next step
-                else:
-                    scheduled.append((seq, 1))
+            scheduled += self._append_slots(seqs)
             i += 1
         return scheduled
 

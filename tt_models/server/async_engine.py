@@ -1,0 +1,200 @@
+"""An asyncio front of one ``LLMEngine``: one background thread runs the engine loop, coroutines submit and stream.
+
+The engine is not thread-safe, so only the loop thread touches it: coroutines hand it commands (add, abort)
+through a thread-safe queue, and it hands each request's outputs to the submitting event loop with
+``call_soon_threadsafe``. While the engine has requests the thread drains the commands and steps; idle, it
+blocks on the command queue, so an idle server costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from tt_models.engine.inputs import PromptType
+from tt_models.engine.llm_engine import LLMEngine
+from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.sampling import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineFailed(RuntimeError):
+    """A model step raised: the requests it ran are ended with this error, and the loop goes on."""
+
+
+class RequestStream:
+    """The outputs of one request, cumulative as the engine returns them, until the finished one.
+
+    Closing it before the end, or dropping it, aborts the request, which frees its KV blocks.
+    """
+
+    def __init__(self, request_id: str, outputs: asyncio.Queue, abort: Callable[[str], None]) -> None:
+        self.request_id = request_id
+        self.finished = False
+        self._outputs = outputs
+        self._abort = weakref.finalize(self, abort, request_id)
+        self._abort.atexit = False
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        items = [await self._outputs.get()]
+        while not self._outputs.empty():  # outputs are cumulative: a slow reader needs only the latest
+            items.append(self._outputs.get_nowait())
+        error = next((item for item in items if isinstance(item, BaseException)), None)
+        if error is not None or items[-1].finished:
+            self.finished = True
+            self._abort.detach()  # the engine is done with it either way
+        if error is not None:
+            raise error
+        return items[-1]
+
+    def close(self) -> None:
+        """Abort the request unless it finished."""
+        self.finished = True
+        self._abort()
+
+
+class AsyncEngine:
+    """``engine`` served to coroutines of any event loop. ``on_finished`` runs on the loop thread with the final
+    output of every request, aborted ones included (their ``finish_reason`` is ``"abort"``)."""
+
+    def __init__(self, engine: LLMEngine, on_finished: Callable[[RequestOutput], None] | None = None) -> None:
+        self.engine = engine
+        self._on_finished = on_finished
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        # request id -> (its event loop, its output queue); touched by the loop thread only.
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._running = False
+        self._thread = threading.Thread(target=self._run, name="tt-models-engine", daemon=True)
+
+    # Any thread.
+
+    def start(self) -> None:
+        self._running = True
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the loop after its current step; unfinished requests are aborted. The engine stays open."""
+        if self._thread.is_alive():
+            self._commands.put(self._stop)
+            self._thread.join()
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(partial(self._abort, request_id))
+
+    # Event loops.
+
+    async def add(self, request_id: str, prompt: PromptType, params: SamplingParams, *,
+                  language: str | None = None, task: str | None = None) -> RequestStream:
+        """Queue a request; raises the engine's refusal (ValueError, OverflowError) as ``add_request`` does."""
+        loop = asyncio.get_running_loop()
+        outputs: asyncio.Queue = asyncio.Queue()
+        accepted = loop.create_future()
+        self._commands.put(partial(self._add, loop, outputs, accepted, request_id, prompt, params,
+                                   dict(language=language, task=task)))
+        await accepted
+        return RequestStream(request_id, outputs, self.abort)
+
+    def _accept(self, accepted: asyncio.Future, error: BaseException | None, request_id: str) -> None:
+        if accepted.cancelled():  # the caller went away while the request was queued: nobody will read it
+            if error is None:
+                self.abort(request_id)
+        elif error is None:
+            accepted.set_result(None)
+        else:
+            accepted.set_exception(error)
+
+    # The loop thread.
+
+    def _run(self) -> None:
+        while self._running:
+            self._drain(block=not self.engine.has_unfinished_requests())
+            if self._running and self.engine.has_unfinished_requests():
+                self._step()
+        self._fail_all(EngineFailed("the server is shutting down"))
+
+    def _drain(self, block: bool) -> None:
+        try:
+            command = self._commands.get(block=block)
+            while True:
+                command()
+                command = self._commands.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _stop(self) -> None:
+        self._running = False
+
+    def _add(self, loop: asyncio.AbstractEventLoop, outputs: asyncio.Queue, accepted: asyncio.Future,
+             request_id: str, prompt: PromptType, params: SamplingParams, kwargs: dict[str, Any]) -> None:
+        error = None
+        try:
+            self.engine.add_request(request_id, prompt, params, **kwargs)
+        except Exception as refused:  # for the caller to report (ValueError, OverflowError) or raise
+            error = refused
+        else:
+            self._streams[request_id] = (loop, outputs)
+        if not _call(loop, self._accept, accepted, error, request_id) and error is None:
+            self._abort(request_id)
+
+    def _abort(self, request_id: str) -> None:
+        if self._streams.pop(request_id, None) is None:
+            return  # finished already
+        output = self.engine.abort_request(request_id)
+        if output is not None:
+            self._finished(output)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as error:  # fail the requests, not the server
+            logger.exception("engine step failed; ending its %d requests", len(self._streams))
+            self._fail_all(EngineFailed(f"the engine failed: {type(error).__name__}: {error}"))
+            return
+        for output in outputs:
+            loop, queue_ = self._streams.get(output.request_id, (None, None))
+            if output.finished:
+                self._streams.pop(output.request_id, None)
+                self._finished(output)
+            if loop is not None and not _call(loop, queue_.put_nowait, output) and not output.finished:
+                self._abort(output.request_id)  # its event loop is gone
+
+    def _fail_all(self, error: EngineFailed) -> None:
+        for request_id, (loop, outputs) in list(self._streams.items()):
+            del self._streams[request_id]
+            try:
+                self.engine.abort_request(request_id)
+            except Exception:
+                logger.exception("abort of %s after the failed step failed too", request_id)
+            _call(loop, outputs.put_nowait, error)
+
+    def _finished(self, output: RequestOutput) -> None:
+        if self._on_finished is not None:
+            try:
+                self._on_finished(output)
+            except Exception:
+                logger.exception("on_finished failed for %s", output.request_id)
+
+
+def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> bool:
+    """Run ``callback`` on ``loop``; False when the loop is closed."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        return False
+    return True

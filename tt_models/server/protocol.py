@@ -1,0 +1,302 @@
+"""OpenAI API bodies (the subset tt-models serves) as pydantic models.
+
+Names, defaults and shapes follow the OpenAI API reference. Fields marked "vLLM extra" are vLLM's additions,
+which OpenAI clients send through ``extra_body``. Unknown request fields are ignored, as OpenAI's and vLLM's
+servers ignore them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tt_models.engine.sampling import SamplingParams
+
+
+class OpenAIRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# Common.
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tt-models"
+    root: str
+    max_model_len: int  # vLLM extra
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class StreamOptions(OpenAIRequest):
+    include_usage: bool = False
+
+
+class SamplingRequest(OpenAIRequest):
+    """The generation fields completions and chat share."""
+
+    model: str
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # vLLM extras.
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        """The engine's parameters; raises ValueError naming a bad or unsupported value."""
+        if self.logit_bias:
+            raise ValueError("logit_bias is not supported")
+        if logprobs is not None and not 0 <= logprobs <= 20:
+            raise ValueError(f"logprobs must be in 0..20, got {logprobs}")
+        return SamplingParams(
+            n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+            seed=self.seed, stop=self.stop, stop_token_ids=self.stop_token_ids, max_tokens=max_tokens,
+            min_tokens=self.min_tokens, presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
+            ignore_eos=self.ignore_eos, logprobs=logprobs, skip_special_tokens=self.skip_special_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output)
+
+
+# /v1/completions.
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+    # vLLM extra: for encoder-decoder models ``prompt`` is the encoder prompt and this the decoder's.
+    decoder_prompt: str | list[int] | None = None
+
+    def check_supported(self) -> None:
+        for name, value in (("echo", self.echo), ("suffix", self.suffix)):
+            if value:
+                raise ValueError(f"{name} is not supported")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError(f"best_of is not supported (got best_of={self.best_of}, n={self.n})")
+
+
+class CompletionLogprobs(BaseModel):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None  # vLLM extra: the stop string or token that ended it
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+# /v1/chat/completions.
+
+
+class ContentPart(OpenAIRequest):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(OpenAIRequest):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates take it: text content parts joined by newlines (as vLLM joins them)."""
+        content = self.content
+        if isinstance(content, list):
+            other = [part.type for part in content if part.type != "text"]
+            if other:
+                raise ValueError(f"only text content parts are supported, got {other[0]!r}")
+            content = "\n".join(part.text or "" for part in content)
+        message = {"role": self.role, "content": content or ""}
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    # vLLM extras.
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def chat_sampling_params(self) -> SamplingParams:
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=true")
+        return self.sampling_params(max_tokens, (self.top_logprobs or 0) if self.logprobs else None)
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob]
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None  # vLLM extra
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+# /v1/audio/transcriptions and /v1/audio/translations.
+
+AudioResponseFormat = Literal["json", "text", "verbose_json", "srt", "vtt"]
+
+
+class DurationUsage(BaseModel):
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class TokenUsage(BaseModel):
+    type: Literal["tokens"] = "tokens"
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+class Transcription(BaseModel):
+    text: str
+    usage: DurationUsage
+
+
+class TranscriptionSegment(BaseModel):
+    """One segment; no ``no_speech_prob``: the engine returns no logits of the start position to compute it."""
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+
+
+class TranscriptionVerbose(BaseModel):
+    task: Literal["transcribe", "translate"]
+    language: str
+    duration: float
+    text: str
+    segments: list[TranscriptionSegment]
+    usage: DurationUsage
+
+
+class TranscriptDelta(BaseModel):
+    type: Literal["transcript.text.delta"] = "transcript.text.delta"
+    delta: str
+
+
+class TranscriptDone(BaseModel):
+    type: Literal["transcript.text.done"] = "transcript.text.done"
+    text: str
+    usage: TokenUsage
