@@ -5,9 +5,11 @@ As TT vLLM's runner does, a step is all prefill or all decode, never mixed. The 
 1. A prefill step runs whenever there is prefill work: running sequences with uncomputed prompt tokens
    (later chunks, recomputation, a copy-on-write block to rebuild), then, while no request is swapped out,
    waiting requests admitted in arrival order (FCFS: admission stops at the first request that does not
-   fit) while there are free blocks, free slots and prefill token budget. With chunked prefill the last
-   sequence takes what is left of the budget and continues in later steps (``start_pos > 0``); without
-   it, a prompt runs whole.
+   fit) while there are free blocks, free slots and prefill token budget. An encoder that runs in the step
+   spends its input length of the budget (a larger one runs alone), so encoder-decoder prefills spread over
+   steps and the first requests get their first token sooner. With chunked prefill the last sequence takes
+   what is left of the budget and continues in later steps (``start_pos > 0``); without it, a prompt runs
+   whole.
 2. Otherwise a decode step runs the last token of every running sequence. A sequence that needs a block
    when none is free preempts the most recently admitted request: by swapping its blocks to host memory,
    or by freeing them and recomputing it later from its tokens, which gives the same output.
@@ -135,15 +137,17 @@ class Scheduler:
             for seq in request.live_seqs:
                 if not seq.needs_prefill:
                     continue
-                if not request.encoder_cached and any(s.request is request for s, _ in scheduled):
+                encoder = 0 if request.encoder_cached else request.encoder_len
+                if encoder and any(s.request is request for s, _ in scheduled):
                     continue  # the encoder runs with one sequence; its siblings follow next step
                 tokens = seq.num_uncomputed
                 if self.config.enable_chunked_prefill:
-                    tokens = min(tokens, budget)
-                if tokens == 0 or tokens > budget:
+                    tokens = min(tokens, max(budget - encoder, 1))
+                if scheduled and encoder + tokens > budget:
                     return False
+                # The step's first sequence always runs: an encoder larger than the budget runs alone.
                 scheduled.append((seq, tokens))
-                budget -= tokens
+                budget = max(budget - encoder - tokens, 0)
             return True
 
         for request in self.running:

@@ -1,0 +1,114 @@
+"""The FastAPI application: OpenAI's routes over one ``AsyncEngine`` per served model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Annotated
+
+from fastapi import FastAPI, File, Form, Request, Response, UploadFile
+
+from tt_models.engine.llm_engine import LLMEngine
+from tt_models.server.async_engine import AsyncEngine
+from tt_models.server.chat import create_chat_completion
+from tt_models.server.completions import create_completion
+from tt_models.server.errors import APIError, install_error_handlers
+from tt_models.server.metrics import ServerMetrics
+from tt_models.server.protocol import (AudioResponseFormat, ChatCompletionRequest, CompletionRequest, ModelCard,
+                                       ModelList)
+from tt_models.server.transcriptions import AudioRequest, create_transcription
+
+
+def create_app(engines: Mapping[str, LLMEngine], *, close_engines: bool = False) -> FastAPI:
+    """An app serving ``engines`` under their names (the ``model`` of requests).
+
+    The engine loops start and stop with the app (its lifespan). ``close_engines``: the app owns the engines
+    and closes them (their devices) at shutdown; otherwise they stay the caller's.
+    """
+    if not engines:
+        raise ValueError("create_app needs at least one engine")
+    metrics = ServerMetrics(engines)
+    served = {name: AsyncEngine(engine, on_finished=partial(metrics.observe, name)) for name, engine in engines.items()}
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for engine in served.values():
+            engine.start()
+        try:
+            yield
+        finally:
+            for engine in served.values():
+                engine.shutdown()
+                if close_engines:
+                    engine.engine.close()
+
+    app = FastAPI(title="tt-models", summary="OpenAI-compatible API over tt-models' engine", lifespan=lifespan)
+    app.state.engines = served
+    app.state.metrics = metrics
+    install_error_handlers(app)
+
+    def engine_for(model: str) -> AsyncEngine:
+        if model not in served:
+            raise APIError(404, f"The model `{model}` does not exist; this server has {sorted(served)}",
+                           param="model", code="model_not_found")
+        return served[model]
+
+    @app.get("/health")
+    async def health() -> Response:
+        dead = [name for name, engine in served.items() if not engine.is_alive]
+        if dead:
+            raise APIError(503, f"The engine loop of {dead} is not running")
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    @app.get("/v1/models")
+    async def models() -> ModelList:
+        return ModelList(data=[ModelCard(id=name, created=created, root=str(engine.engine.checkpoint.source),
+                                         max_model_len=engine.engine.config.max_model_len)
+                               for name, engine in served.items()])
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await create_completion(body, engine_for(body.model), body.model, request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        return await create_chat_completion(body, engine_for(body.model), body.model, request)
+
+    async def audio(task: str, request: Request, file: UploadFile, model: str, language: str | None,
+                    prompt: str | None, response_format: AudioResponseFormat, temperature: float, stream: bool,
+                    timestamp_granularities: list[str] | None) -> Response:
+        form = AudioRequest(model, task, language, prompt, temperature, response_format, stream,
+                            timestamp_granularities)
+        engine = engine_for(model)
+        return await create_transcription(form, await file.read(), engine, request)
+
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(
+        request: Request, file: Annotated[UploadFile, File()], model: Annotated[str, Form()],
+        language: Annotated[str | None, Form()] = None, prompt: Annotated[str | None, Form()] = None,
+        response_format: Annotated[AudioResponseFormat, Form()] = "json",
+        temperature: Annotated[float, Form()] = 0.0, stream: Annotated[bool, Form()] = False,
+        timestamp_granularities: Annotated[list[str] | None, Form(alias="timestamp_granularities[]")] = None,
+    ) -> Response:
+        return await audio("transcribe", request, file, model, language, prompt, response_format, temperature,
+                           stream, timestamp_granularities)
+
+    @app.post("/v1/audio/translations")
+    async def translations(
+        request: Request, file: Annotated[UploadFile, File()], model: Annotated[str, Form()],
+        language: Annotated[str | None, Form()] = None, prompt: Annotated[str | None, Form()] = None,
+        response_format: Annotated[AudioResponseFormat, Form()] = "json",
+        temperature: Annotated[float, Form()] = 0.0, stream: Annotated[bool, Form()] = False,
+    ) -> Response:
+        return await audio("translate", request, file, model, language, prompt, response_format, temperature,
+                           stream, None)
+
+    return app

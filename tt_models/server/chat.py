@@ -1,0 +1,103 @@
+"""POST /v1/chat/completions: the messages through the model's chat template, then one engine request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import jinja2
+from fastapi import Request, Response
+
+from tt_models.engine.inputs import TokensPrompt
+from tt_models.engine.llm_engine import LLMEngine
+from tt_models.engine.outputs import CompletionOutput, Logprob
+from tt_models.engine.sampling import SamplingParams
+from tt_models.server.async_engine import AsyncEngine, RequestStream
+from tt_models.server.errors import engine_errors
+from tt_models.server.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
+                                       ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs, Delta,
+                                       TokenLogprob, TopLogprob)
+from tt_models.server.serving import finish, json_response, new_id, submit, usage
+from tt_models.server.streaming import DONE, Deltas, event_stream, sse, sse_error
+
+
+def chat_prompt(body: ChatCompletionRequest, engine: LLMEngine, model_name: str) -> TokensPrompt:
+    """The templated conversation, tokenized without adding special tokens (the template has them, as vLLM
+    does it); raises ValueError for a model without a chat template or messages the template rejects."""
+    tokenizer = engine.tokenizer
+    if engine.is_encoder_decoder or tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{model_name} has no chat template: use /v1/completions")
+    messages = [message.for_template() for message in body.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=body.add_generation_prompt,
+                                             **(body.chat_template_kwargs or {}))
+    except jinja2.TemplateError as error:
+        raise ValueError(f"The chat template rejected the messages: {error}") from error
+    return TokensPrompt(prompt_token_ids=tokenizer.encode(text, add_special_tokens=False), prompt=text)
+
+
+def _token(logprob: Logprob) -> TopLogprob:
+    token = logprob.decoded_token or ""
+    return TopLogprob(token=token, logprob=logprob.logprob, bytes=list(token.encode()))
+
+
+def chat_logprobs(seq: CompletionOutput, start: int, top: int) -> ChatLogprobs:
+    """The logprobs of tokens ``start:`` with the ``top`` most likely alternatives of each, most likely first."""
+    content = []
+    for token_id, step in list(zip(seq.token_ids, seq.logprobs or ()))[start:]:
+        alternatives = sorted((lp for lp in step.values() if lp.rank is not None and lp.rank <= top),
+                              key=lambda lp: lp.rank)
+        content.append(TokenLogprob(**_token(step[token_id]).model_dump(),
+                                    top_logprobs=[_token(lp) for lp in alternatives]))
+    return ChatLogprobs(content=content)
+
+
+async def create_chat_completion(body: ChatCompletionRequest, engine: AsyncEngine, model_name: str,
+                                 request: Request) -> Response:
+    with engine_errors():
+        prompt = chat_prompt(body, engine.engine, model_name)
+        params = body.chat_sampling_params()
+    response_id, created = new_id("chatcmpl")
+    streams = await submit(engine, response_id, [prompt], params)
+    if body.stream:
+        return event_stream(_events(body, params, streams[0], response_id, created, model_name))
+    outputs = await finish(request, streams)
+    if outputs is None:
+        return json_response(None)
+    top = body.top_logprobs or 0
+    choices = [ChatChoice(index=seq.index, message=AssistantMessage(content=seq.text),
+                          logprobs=chat_logprobs(seq, 0, top) if body.logprobs else None,
+                          finish_reason=seq.finish_reason, stop_reason=seq.stop_reason)
+               for seq in outputs[0].outputs]
+    return json_response(ChatCompletionResponse(id=response_id, created=created, model=model_name, choices=choices,
+                                                usage=usage(outputs)))
+
+
+async def _events(body: ChatCompletionRequest, params: SamplingParams, stream: RequestStream, response_id: str,
+                  created: int, model_name: str) -> AsyncIterator[str]:
+    def chunk(choices: list[ChatChunkChoice], **extra) -> str:
+        return sse(ChatCompletionChunk(id=response_id, created=created, model=model_name, choices=choices, **extra))
+
+    deltas = Deltas(params)
+    final = None
+    try:
+        for i in range(params.n):  # OpenAI's first chunk of each choice names the role
+            yield chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+        async for final in stream:
+            choices = []
+            for seq in final.outputs:
+                advanced = deltas.advance((0, seq.index), seq)
+                if advanced is None:
+                    continue
+                text, start = advanced
+                logprobs = chat_logprobs(seq, start, body.top_logprobs or 0) if body.logprobs else None
+                choices.append(ChatChunkChoice(index=seq.index, delta=Delta(content=text), logprobs=logprobs,
+                                               finish_reason=seq.finish_reason))
+            if choices:
+                yield chunk(choices)
+        if body.include_usage:
+            yield chunk([], usage=usage([final]))
+    except Exception as error:
+        yield sse_error(error)
+    finally:
+        stream.close()
+    yield DONE

@@ -1,0 +1,63 @@
+"""What every generation endpoint does: submit engine requests, answer once they finish, count usage."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+from fastapi import Request, Response
+from pydantic import BaseModel
+
+from tt_models.engine.inputs import PromptType
+from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.sampling import SamplingParams
+from tt_models.server.async_engine import AsyncEngine, RequestStream
+from tt_models.server.errors import engine_errors
+from tt_models.server.protocol import Usage
+from tt_models.server.streaming import final_outputs, unless_disconnected
+
+CLIENT_CLOSED = 499  # nginx's status for a client that left: nobody reads it, but logs show it
+
+
+def new_id(prefix: str) -> tuple[str, int]:
+    """A response id and its creation time (Unix seconds)."""
+    return f"{prefix}-{uuid.uuid4().hex}", int(time.time())
+
+
+async def submit(engine: AsyncEngine, response_id: str, prompts: Sequence[PromptType], params: SamplingParams,
+                 **kwargs: str | None) -> list[RequestStream]:
+    """One engine request per prompt; if one is refused, the others are aborted and the refusal raised as an
+    ``APIError``."""
+    streams: list[RequestStream] = []
+    try:
+        with engine_errors():
+            for i, prompt in enumerate(prompts):
+                streams.append(await engine.add(f"{response_id}-{i}", prompt, params, **kwargs))
+    except BaseException:
+        for stream in streams:
+            stream.close()
+        raise
+    return streams
+
+
+async def finish(request: Request, streams: Sequence[RequestStream]) -> list[RequestOutput] | None:
+    """The final outputs, or None if the client left first (its requests are aborted then)."""
+    try:
+        return await unless_disconnected(request, final_outputs(streams))
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+def json_response(body: BaseModel | None) -> Response:
+    if body is None:
+        return Response(status_code=CLIENT_CLOSED)
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+def usage(outputs: Sequence[RequestOutput]) -> Usage:
+    """Prompt tokens count both prompts of encoder-decoder models."""
+    prompt = sum(len(o.prompt_token_ids) + len(o.encoder_prompt_token_ids or ()) for o in outputs)
+    completion = sum(len(seq.token_ids) for o in outputs for seq in o.outputs)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
