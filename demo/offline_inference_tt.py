@@ -198,10 +198,11 @@ def test_increasing_seq_lens(llm: LLM, args: argparse.Namespace) -> None:
     elif engine.is_encoder_decoder:
         for n in doubling(engine.processor.max_encoder_len):
             cases.append((f"encoder prompt {n:>5} tokens", {"prompt_token_ids": counting_tokens(llm, n)}))
+        start = engine.processor.decoder_start_token_id  # starts every decoder prompt
         for n in doubling(decoder_limit):
             cases.append((f"decoder prompt {n:>5} tokens", {
                 "encoder_prompt": {"prompt_token_ids": counting_tokens(llm, 16)},
-                "decoder_prompt": {"prompt_token_ids": counting_tokens(llm, n)}}))
+                "decoder_prompt": {"prompt_token_ids": [start] + counting_tokens(llm, n - 1)}}))
     else:
         for n in doubling(decoder_limit):
             cases.append((f"prompt {n:>5} tokens", {"prompt_token_ids": counting_tokens(llm, n)}))
