@@ -155,6 +155,14 @@ def test_bad_request_fails_alone(bad, message):
     assert run(engine, []) .keys() == {"r0", "r1"}
 
 
+def test_encoder_input_over_the_limit_fails_alone():
+    engine = make_engine(encoder_decoder=True)
+    engine.add_request("good", prompt(0, 5, encoder_len=20), params(6))
+    with pytest.raises(ValueError, match="encoder prompt"):
+        engine.add_request("bad", {"prompt_token_ids": [5] * 257}, params(6))  # BART: 256 positions
+    assert run(engine, []).keys() == {"good"}
+
+
 def test_unsupported_parameters_and_unfittable_requests_raise():
     engine = make_engine(num_kv_blocks=16)
     with pytest.raises(ValueError, match="n must be 1 when using greedy"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 from transformers import GenerationMixin
@@ -206,3 +207,22 @@ def test_greedy_agrees_with_hf_generate(case, solo):
         else:
             assert len(ours.token_ids) == len(hf_tokens), f"{request_id}: stopped at a different length"
         print(f"\n{request_id}: {exact}/{len(hf_tokens)} tokens identical to HF generate")
+
+
+@pytest.mark.parametrize("audio, message", [
+    (b"not audio at all", "audio"),
+    ((np.full(16000, np.nan, dtype=np.float32), 16000), "NaN"),
+    ((np.zeros(16000 * 31, dtype=np.float32), 16000), "30"),
+    ("/nonexistent/speech.wav", "audio"),
+])
+def test_bad_audio_fails_alone(audio, message):
+    checkpoint = load_hf_checkpoint("whisper-tiny.en")
+    engine = LLMEngine(checkpoint, EngineConfig(max_num_seqs=2, max_model_len=32), backend="host",
+                       optimizations="accuracy")
+    wave, rate, segments = speech_sample()
+    clip = wave[int(segments[7].start * rate):int(segments[7].end * rate)]
+    engine.add_request("good", {"prompt": "", "multi_modal_data": {"audio": (clip, rate)}}, greedy(False, 12))
+    with pytest.raises(ValueError, match=message):
+        engine.add_request("bad", {"prompt": "", "multi_modal_data": {"audio": audio}}, greedy())
+    outputs = _run(engine, [])
+    assert list(outputs) == ["good"] and "Chicago" in outputs["good"].outputs[0].text
