@@ -7,6 +7,8 @@ import torch
 from huggingface_hub import constants
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -48,6 +50,20 @@ def test_hf_directory_round_trip(tmp_path, config_cls, model_cls, extra):
     assert checkpoint.tokenizer is None
     lm_head, embed = checkpoint.state_dict["lm_head.weight"], checkpoint.state_dict["model.embed_tokens.weight"]
     assert (lm_head.data_ptr() == embed.data_ptr()) == checkpoint.config.tie_word_embeddings
+
+
+def test_encoder_decoder_directory_keeps_the_encoder(tmp_path):
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig(d_model=32, encoder_layers=1, decoder_layers=1,
+                                                    encoder_attention_heads=2, decoder_attention_heads=2,
+                                                    encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128))
+    model.save_pretrained(tmp_path)
+    checkpoint = load_hf_checkpoint(tmp_path)
+    original = model.state_dict()
+    assert checkpoint.state_dict.keys() == original.keys()
+    assert "model.encoder.layers.0.self_attn.q_proj.weight" in checkpoint.state_dict
+    for name, tensor in original.items():
+        assert torch.equal(checkpoint.state_dict[name], tensor), name
 
 
 def test_directory_tokenizer_and_dtype(tmp_path):

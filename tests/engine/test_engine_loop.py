@@ -169,7 +169,7 @@ def test_unsupported_parameters_and_unfittable_requests_raise():
         engine.add_request("a", prompt(0, 5), SamplingParams(temperature=0.0, n=2))
     with pytest.raises(ValueError, match="KV blocks"):
         engine.add_request("b", prompt(0, 5), SamplingParams(temperature=1.0, n=4, max_tokens=250))
-    with pytest.raises(ValueError, match="language and task"):
+    with pytest.raises(ValueError, match="language, task and previous_text"):
         engine.add_request("c", prompt(0, 5), params(4), language="en")
     engine.add_request("d", prompt(0, 5), params(4))
     with pytest.raises(ValueError, match="already in use"):

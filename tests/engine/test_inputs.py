@@ -163,6 +163,19 @@ def test_whisper_default_decoder_prompt_and_features(whisper, whisper_checkpoint
         assert other.prompt_token_ids == [SOT, NO_TIMESTAMPS] and torch.equal(features(other), features(inputs))
 
 
+def test_whisper_previous_text_comes_first_as_hf_prompt_ids(whisper, whisper_checkpoint):
+    """The OpenAI transcription ``prompt``: HF's ``get_prompt_ids`` (``<|startofprev|>`` and the text), then
+    the default decoder prompt; at most ``max_target_positions // 2 - 1`` text tokens, the last ones."""
+    audio = audio_prompt((sine(16000), 16000))
+    text = "  Diane from New Jersey and Sheila from Texas. "
+    hf_ids = whisper_checkpoint.processor.get_prompt_ids(text).tolist()
+    assert whisper.process(audio, previous_text=text).prompt_token_ids == hf_ids + [SOT, NO_TIMESTAMPS]
+    long = whisper.process(audio, previous_text="one two " * 400).prompt_token_ids
+    assert len(long) == 1 + 223 + 2 and long[0] == hf_ids[0]
+    with pytest.raises(ValueError, match="previous_text"):
+        whisper.process(audio_prompt((sine(16000), 16000), "<|startoftranscript|>"), previous_text=text)
+
+
 @pytest.mark.parametrize("decoder, expected", [
     ("<|startoftranscript|><|en|><|transcribe|><|notimestamps|>", [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS]),
     ("<|notimestamps|>", [SOT, NO_TIMESTAMPS]),  # <|startoftranscript|> prepended
@@ -273,7 +286,7 @@ def test_bad_input(request, model, prompt, match):
 
 def test_bad_language_or_task(bart, whisper, multilingual):
     audio = audio_prompt(sine(16000, 0.5))
-    with pytest.raises(ValueError, match="language and task are Whisper parameters; bart takes neither"):
+    with pytest.raises(ValueError, match="language, task and previous_text are Whisper parameters; bart takes none"):
         bart.process("the", language="en")
     with pytest.raises(ValueError, match=r"English-only: it cannot take language='de'"):
         whisper.process(audio, language="de")

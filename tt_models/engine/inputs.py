@@ -154,12 +154,16 @@ class InputProcessor:
             raise ValueError(f"max_encoder_len {self.max_encoder_len} is below Whisper's {model_limit} encoder "
                              "positions: no audio would fit")
 
-    def process(self, prompt: PromptType, *, language: str | None = None, task: str | None = None) -> ProcessedInputs:
-        """The inputs for ``prompt``. ``language`` and ``task`` choose Whisper's default decoder prompt."""
-        if not self.is_whisper and (language is not None or task is not None):
-            raise ValueError(f"language and task are Whisper parameters; {self.hf_config.model_type} takes neither")
+    def process(self, prompt: PromptType, *, language: str | None = None, task: str | None = None,
+                previous_text: str | None = None) -> ProcessedInputs:
+        """The inputs for ``prompt``. ``language`` and ``task`` choose Whisper's default decoder prompt, and
+        ``previous_text`` conditions it on earlier text (the OpenAI transcription ``prompt``): as HF's
+        ``prompt_ids`` and openai-whisper do, ``<|startofprev|>`` and the text's last tokens come first."""
+        if not self.is_whisper and (language is not None or task is not None or previous_text is not None):
+            raise ValueError(f"language, task and previous_text are Whisper parameters; "
+                             f"{self.hf_config.model_type} takes none of them")
         if self.is_whisper:
-            return self._process_whisper(prompt, language, task)
+            return self._process_whisper(prompt, language, task, previous_text)
         if self.is_encoder_decoder:
             return self._process_encoder_decoder(prompt)
         if _is_explicit(prompt):
@@ -188,7 +192,8 @@ class InputProcessor:
         encoder_input = {"input_ids": torch.tensor(encoder_ids, dtype=torch.long)}
         return ProcessedInputs(decoder_ids, decoder_text, encoder_ids, encoder.text, encoder_input, len(encoder_ids))
 
-    def _process_whisper(self, prompt: PromptType, language: str | None, task: str | None) -> ProcessedInputs:
+    def _process_whisper(self, prompt: PromptType, language: str | None, task: str | None,
+                         previous_text: str | None) -> ProcessedInputs:
         if _is_explicit(prompt):
             encoder, decoder = _split(prompt)
             if not encoder.is_empty:
@@ -200,8 +205,11 @@ class InputProcessor:
             decoder = encoder  # vLLM's Whisper request: the text is the decoder prompt, the audio the encoder's
         if decoder is None or decoder.is_empty:
             decoder_ids, decoder_text = self._whisper_default_prompt(language, task), None
-        elif language is not None or task is not None:
-            raise ValueError("language and task choose the default decoder prompt; this request gives its own")
+            if previous_text:
+                decoder_ids = self._previous_text_ids(previous_text) + decoder_ids
+        elif language is not None or task is not None or previous_text is not None:
+            raise ValueError("language, task and previous_text shape the default decoder prompt; this request "
+                             "gives its own")
         else:
             decoder_ids = self._with_decoder_start(self._token_ids(decoder, "decoder prompt", False))
             decoder_text = decoder.text
@@ -269,6 +277,14 @@ class InputProcessor:
             raise ValueError(f"This Whisper model is English-only: it cannot take language={language!r}, "
                              f"task={task!r} (only English transcription)")
         return [self.decoder_start_token_id, *middle, config.no_timestamps_token_id]
+
+    def _previous_text_ids(self, text: str) -> list[int]:
+        """``<|startofprev|>`` and the last ``max_target_positions // 2 - 1`` tokens of `` text``."""
+        if self.tokenizer is None:
+            raise ValueError("previous_text needs the model's tokenizer")
+        ids = self.tokenizer.encode(" " + text.strip(), add_special_tokens=False)
+        keep = self.hf_config.max_target_positions // 2 - 1
+        return [self.tokenizer.convert_tokens_to_ids("<|startofprev|>"), *ids[-keep:]]
 
     def _features(self, multi_modal_data: Mapping[str, Any] | None) -> torch.Tensor:
         """The log-mel features ``[n_mels, 3000]`` of the request's one audio, padded to 30 s as HF pads."""

@@ -72,7 +72,7 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams | None = None, *,
                     arrival_time: float | None = None, language: str | None = None,
-                    task: str | None = None) -> Request:
+                    task: str | None = None, previous_text: str | None = None) -> Request:
         """Queue a request. Raises ValueError (naming the problem) for a bad prompt or parameters, and for a
         request that could never fit in the KV pool; nothing is queued then."""
         if request_id in self.requests:
@@ -80,7 +80,7 @@ class LLMEngine:
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
-        inputs = self.processor.process(prompt, language=language, task=task)
+        inputs = self.processor.process(prompt, language=language, task=task, previous_text=previous_text)
         request = Request(request_id, inputs, params, time.monotonic() if arrival_time is None else arrival_time,
                           self.eos_token_id, self.config.max_model_len)
         if params.n > self.config.max_num_seqs:

@@ -100,13 +100,14 @@ class AsyncEngine:
     # Event loops.
 
     async def add(self, request_id: str, prompt: PromptType, params: SamplingParams, *,
-                  language: str | None = None, task: str | None = None) -> RequestStream:
+                  language: str | None = None, task: str | None = None,
+                  previous_text: str | None = None) -> RequestStream:
         """Queue a request; raises the engine's refusal (ValueError, OverflowError) as ``add_request`` does."""
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue = asyncio.Queue()
         accepted = loop.create_future()
         self._commands.put(partial(self._add, loop, outputs, accepted, request_id, prompt, params,
-                                   dict(language=language, task=task)))
+                                   dict(language=language, task=task, previous_text=previous_text)))
         await accepted
         return RequestStream(request_id, outputs, self.abort)
 
@@ -167,11 +168,11 @@ class AsyncEngine:
             self._fail_all(EngineFailed(f"the engine failed: {type(error).__name__}: {error}"))
             return
         for output in outputs:
-            loop, queue_ = self._streams.get(output.request_id, (None, None))
+            target = self._streams.get(output.request_id)
             if output.finished:
                 self._streams.pop(output.request_id, None)
                 self._finished(output)
-            if loop is not None and not _call(loop, queue_.put_nowait, output) and not output.finished:
+            if target is not None and not _call(target[0], target[1].put_nowait, output) and not output.finished:
                 self._abort(output.request_id)  # its event loop is gone
 
     def _fail_all(self, error: EngineFailed) -> None:

@@ -48,11 +48,6 @@ class AudioRequest:
 def _check(form: AudioRequest, engine: AsyncEngine) -> None:
     if engine.engine.checkpoint.config.model_type != "whisper":
         raise APIError(400, f"{form.model} does not take audio: transcriptions need a Whisper model", param="model")
-    if form.prompt:
-        # The engine prepends <|startoftranscript|> to a decoder prompt, so Whisper's <|startofprev|> context
-        # (which must come first) cannot be expressed.
-        raise APIError(400, "prompt is not supported: the engine cannot place a <|startofprev|> context",
-                       param="prompt")
     if form.timestamp_granularities and "word" in form.timestamp_granularities:
         raise APIError(400, "word timestamps are not supported", param="timestamp_granularities")
     if form.stream and form.response_format not in ("json", "text"):
@@ -70,7 +65,8 @@ async def create_transcription(form: AudioRequest, audio: bytes, engine: AsyncEn
                                 logprobs=0 if form.response_format == "verbose_json" else None)
     prompt = {"prompt": "", "multi_modal_data": {"audio": (waveform, SAMPLE_RATE)}}
     response_id, _ = new_id("trsc")
-    streams = await submit(engine, response_id, [prompt], params, language=form.language, task=form.task)
+    streams = await submit(engine, response_id, [prompt], params, language=form.language, task=form.task,
+                           previous_text=form.prompt or None)
     if form.stream:
         return event_stream(_events(streams[0]))
     outputs = await finish(request, streams)

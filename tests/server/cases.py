@@ -1,0 +1,155 @@
+"""The inputs the server tests send, the offline engine runs that give their expected outputs, and helpers."""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+import uvicorn
+from fastapi import FastAPI
+from tokenizers import processors
+from transformers import BartConfig, BartForConditionalGeneration, PreTrainedTokenizerFast
+
+from tt_models import SamplingParams
+from tt_models.audio import load_audio, speech_sample
+from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.engine.llm_engine import LLMEngine
+from tt_models.engine.outputs import RequestOutput
+
+LLAMA, BART, WHISPER = "smollm2", "tiny-bart", "whisper-tiny.en"
+MAX_TOKENS = 8  # SmolLM2 runs about a second per step on 2 cores: short outputs keep the suite short
+BART_MAX_TOKENS = 12
+
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are a terse assistant."}, {"role": "user", "content": "Name a primary color."}],
+    [{"role": "user", "content": "Write one word that rhymes with cat."}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+     {"role": "user", "content": "Count to three."}],
+]
+PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "1, 2, 3, 4,"]
+TOKENS_PROMPT_TEXT = "The largest planet is"
+BART_PROMPTS = ["Hello world", "The quick brown fox", "tt-models serves BART", "One two three four five"]
+BART_EXPLICIT = ("The quick brown fox", "jumps")  # (encoder prompt, decoder prompt)
+SPEECH_CONTEXT = "Diane in New Jersey; Sheila in Texas, originally from Chicago."  # a transcription prompt
+SAMPLED = dict(n=3, temperature=0.8, top_k=50, seed=7)  # seeded: each sequence draws from seed + its index
+SEGMENTS = (3, 5)  # indices into the speech sample's reference segments: two sentences of the call
+
+
+def greedy(max_tokens: int | None, **kwargs) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kwargs)
+
+
+def offline_generate(engine: LLMEngine, prompts: Sequence, params: SamplingParams,
+                     **kwargs: str) -> list[RequestOutput]:
+    """What ``tt_models.LLM.generate`` does (all prompts queued, steps until done), on an engine that the server
+    takes over afterwards: each model is loaded once per session."""
+    ids = [f"offline-{time.monotonic_ns()}-{i}" for i in range(len(prompts))]
+    for request_id, prompt in zip(ids, prompts):
+        engine.add_request(request_id, prompt, params, **kwargs)
+    finished = {}
+    while engine.has_unfinished_requests():
+        finished.update((o.request_id, o) for o in engine.step() if o.finished)
+    return [finished[request_id] for request_id in ids]
+
+
+def chat_prompt(tokenizer, messages: list[dict]) -> dict:
+    """The conversation as the offline engine takes it: the chat template's text, tokenized as is."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+    return {"prompt_token_ids": tokenizer.encode(text, add_special_tokens=False)}
+
+
+def speech_wavs() -> list[bytes]:
+    """The chosen segments of the real two-speaker call, each as the bytes of a 16-bit WAV file."""
+    audio, rate, segments = speech_sample()
+    wavs = []
+    for index in SEGMENTS:
+        segment = segments[index]
+        buffer = io.BytesIO()
+        soundfile.write(buffer, audio[int(segment.start * rate):int(segment.end * rate)], rate, format="WAV")
+        wavs.append(buffer.getvalue())
+    return wavs
+
+
+def whisper_prompt(wav: bytes) -> dict:
+    """The upload as the server decodes it, so both runs see the same samples."""
+    return {"prompt": "", "multi_modal_data": {"audio": (load_audio(wav, 16000), 16000)}}
+
+
+def save_tiny_bart(directory: Path) -> Path:
+    """A random BART with the GPT-2 byte-level BPE of Whisper tiny.en (no special tokens added on encode),
+    saved with its tokenizer as an HF directory."""
+    source = load_hf_checkpoint(WHISPER).tokenizer
+    source.save_pretrained(directory / "whisper-tokenizer")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(directory / "whisper-tokenizer" / "tokenizer.json"),
+                                        bos_token="<|startoftranscript|>", eos_token="<|endoftext|>",
+                                        pad_token="<|endoftext|>")
+    tokenizer._tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    torch.manual_seed(0)
+    config = BartConfig(vocab_size=len(tokenizer), d_model=128, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256,
+                        decoder_ffn_dim=256, max_position_embeddings=1024, init_std=0.1,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+                        forced_eos_token_id=None)
+    path = directory / "bart"
+    BartForConditionalGeneration(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """A real uvicorn server on 127.0.0.1 in a background thread of the test process."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+
+
+_SAMPLE = re.compile(r'^(?P<name>[\w:]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of Prometheus exposition ``text``; 0 when absent."""
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match["name"] == name:
+            found = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(match["value"])
+    return 0.0
+
+
+def silence_wav(seconds: float) -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.zeros(int(seconds * 16000), dtype=np.float32), 16000, format="WAV")
+    return buffer.getvalue()

@@ -1,0 +1,111 @@
+"""The server as a user starts it (``demo/server_example_tt.py`` -> ``tt-models serve``) in its own process: a full
+waiting queue answers 503, and closing the streams that filled it frees everything."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.server.cases import free_port, metric
+from tt_models.server import cli
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "bart-cli"
+
+
+@pytest.fixture(scope="module")
+def small_server(bart_dir, tmp_path_factory):
+    """One sequence at a time and one waiting request at most."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    command = [sys.executable, str(ROOT / "demo" / "server_example_tt.py"), "--model", str(bart_dir),
+               "--max_seqs_in_batch", "1", "--served-model-name", NAME, "--max-num-waiting", "1",
+               "--max-model-len", "1024", "--backend", "host", "--optimizations", "accuracy", "--port", str(port),
+               "--log-level", "warning"]
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    # A graceful shutdown (uvicorn then re-raises the SIGTERM that stopped it): no error, no kill.
+    assert process.returncode in (0, -signal.SIGTERM) and "Traceback" not in log.read_text(), log.read_text()
+
+
+def _metrics(url: str, name: str) -> float:
+    return metric(httpx.get(f"{url}/metrics").text, f"tt_models:{name}", model_name=NAME)
+
+
+def test_full_queue_is_503_and_closed_streams_free_their_blocks(small_server):
+    client = openai.OpenAI(base_url=f"{small_server}/v1", api_key="unused", max_retries=0, timeout=120)
+    assert [m.id for m in client.models.list().data] == [NAME]
+    long = dict(model=NAME, prompt="Hello world", max_tokens=1000, temperature=0, stream=True,
+                extra_body={"ignore_eos": True})
+    running = client.completions.create(**long)
+    next(iter(running))  # it has a token: it holds the one batch slot
+    waiting = client.completions.create(**long)  # accepted (the stream began): it waits for the slot
+    assert (_metrics(small_server, "num_requests_running"), _metrics(small_server, "num_requests_waiting")) == (1, 1)
+    assert _metrics(small_server, "kv_blocks_in_use") > 0
+
+    with pytest.raises(openai.APIStatusError) as full:
+        client.completions.create(model=NAME, prompt="Hi", max_tokens=4)
+    assert full.value.status_code == 503
+    assert "waiting queue is full (1 requests)" in full.value.body["message"]
+
+    running.close()
+    waiting.close()
+    deadline = time.monotonic() + 30
+    while any(_metrics(small_server, n) for n in ("kv_blocks_in_use", "num_requests_running",
+                                                   "num_requests_waiting")):
+        assert time.monotonic() < deadline, httpx.get(f"{small_server}/metrics").text
+        time.sleep(0.2)
+    assert metric(httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total", model_name=NAME,
+                  finish_reason="abort") == 2
+
+    served = client.completions.create(model=NAME, prompt="Hello world", max_tokens=6, temperature=0,
+                                       extra_body={"ignore_eos": True})
+    assert served.choices[0].finish_reason == "length" and served.usage.completion_tokens == 6
+    assert served.choices[0].text
+
+
+def test_a_client_that_gives_up_on_a_plain_request_aborts_it(small_server):
+    aborted_before = metric(httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total",
+                            model_name=NAME, finish_reason="abort")
+    body = {"model": NAME, "prompt": "Hello world", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # 1000 steps take seconds: the client leaves first
+        httpx.post(f"{small_server}/v1/completions", json=body, timeout=1.5)
+    deadline = time.monotonic() + 30
+    while metric(text := httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total",
+                 model_name=NAME, finish_reason="abort") == aborted_before:
+        assert time.monotonic() < deadline, text
+        time.sleep(0.2)
+    assert _metrics(small_server, "kv_blocks_in_use") == 0 and _metrics(small_server, "num_requests_running") == 0
+
+
+def test_console_script_runs_the_cli():
+    [entry] = importlib.metadata.entry_points(group="console_scripts", name="tt-models")
+    assert entry.load() is cli.main

@@ -1,0 +1,85 @@
+"""Bad requests get OpenAI's error body with the right status and a message naming the problem; the server then
+answers the next request normally."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.server.cases import BART, BART_MAX_TOKENS, BART_PROMPTS, LLAMA, WHISPER, silence_wav
+
+pytestmark = pytest.mark.slow
+
+
+def completion(**body):
+    return {"json": {"model": BART, "prompt": "Hello", **body}}
+
+
+def upload(model=WHISPER, audio=b"RIFF\x00\x00not really a wav file", **form):
+    return {"files": {"file": ("speech.wav", audio, "audio/wav")}, "data": {"model": model, **form}}
+
+
+CASES = {  # name: (path, request, status, words the message must contain)
+    "malformed-json": ("/v1/completions", {"content": b'{"model": "tiny-bart", "prompt": ',
+                                           "headers": {"content-type": "application/json"}},
+                       400, "not valid JSON"),
+    "body-not-an-object": ("/v1/completions", {"json": [1, 2]}, 400, "valid dictionary"),
+    "missing-prompt": ("/v1/completions", {"json": {"model": BART}}, 400, "prompt: Field required"),
+    "missing-model": ("/v1/completions", {"json": {"prompt": "Hello"}}, 400, "model: Field required"),
+    "missing-messages": ("/v1/chat/completions", {"json": {"model": LLAMA}}, 400, "messages: Field required"),
+    "missing-file": ("/v1/audio/transcriptions", {"data": {"model": WHISPER}}, 400, "file: Field required"),
+    "wrong-type": ("/v1/completions", completion(max_tokens="many"), 400, "max_tokens"),
+    "bad-temperature": ("/v1/completions", completion(temperature=5), 400, "temperature must be in [0, 2]"),
+    "greedy-n": ("/v1/completions", completion(temperature=0, n=2), 400, "n must be 1 when using greedy"),
+    "empty-prompt": ("/v1/completions", completion(prompt=""), 400, "prompt is empty"),
+    "unknown-model": ("/v1/completions", completion(model="gpt-17"), 404, "`gpt-17` does not exist"),
+    "unknown-chat-model": ("/v1/chat/completions", {"json": {"model": "gpt-17", "messages": [
+        {"role": "user", "content": "Hi"}]}}, 404, "`gpt-17` does not exist"),
+    "unknown-audio-model": ("/v1/audio/transcriptions", upload(model="gpt-17"), 404, "`gpt-17` does not exist"),
+    "undecodable-audio": ("/v1/audio/transcriptions", upload(), 400, "Not audio libsndfile can decode"),
+    "audio-too-long": ("/v1/audio/transcriptions", upload(audio=silence_wav(31)), 400, "30 s window"),
+    "prompt-too-long": ("/v1/completions", {"json": {"model": LLAMA, "prompt": "hello " * 600}}, 400,
+                        "maximum model length of 512"),
+    "encoder-prompt-too-long": ("/v1/completions", completion(prompt="hello " * 1100), 400,
+                                "maximum encoder length of 1024"),
+    "chat-without-template": ("/v1/chat/completions", {"json": {"model": BART, "messages": [
+        {"role": "user", "content": "Hi"}]}}, 400, "has no chat template"),
+    "completion-on-whisper": ("/v1/completions", completion(model=WHISPER), 400, "use /v1/audio/transcriptions"),
+    "audio-on-bart": ("/v1/audio/transcriptions", upload(model=BART), 400, "does not take audio"),
+    "unknown-route": ("/v1/embeddings", completion(), 404, "Not Found"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_request_then_a_good_one(name, http, client, references):
+    path, request, status, words = CASES[name]
+    response = http.post(path, **request)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert words in error["message"]
+    assert error["type"] == "invalid_request_error"
+
+    good = client.completions.create(model=BART, prompt=BART_PROMPTS[0], max_tokens=BART_MAX_TOKENS, temperature=0)
+    assert good.choices[0].text == references.bart[0].outputs[0].text
+
+
+def test_the_openai_client_raises_its_typed_errors(client):
+    with pytest.raises(openai.NotFoundError) as not_found:
+        client.completions.create(model="gpt-17", prompt="Hi")
+    assert not_found.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError, match="maximum model length"):
+        client.chat.completions.create(model=LLAMA, messages=[{"role": "user", "content": "hello " * 600}])
+    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+        client.completions.create(model=BART, prompt="Hi", presence_penalty=3)
+
+
+def test_a_bad_streamed_request_fails_before_streaming(http):
+    # Only text content parts are served: the refusal comes as a status, not as an event of a begun stream.
+    body = {"model": LLAMA, "stream": True, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:,"}}]}]}
+    response = http.post("/v1/chat/completions", content=json.dumps(body),
+                         headers={"content-type": "application/json"})
+    assert response.status_code == 400 and "only text content parts" in response.json()["error"]["message"]
