@@ -225,4 +225,5 @@ def test_bad_audio_fails_alone(audio, message):
     with pytest.raises(ValueError, match=message):
         engine.add_request("bad", {"prompt": "", "multi_modal_data": {"audio": audio}}, greedy())
     outputs = _run(engine, [])
+    engine.close()
     assert list(outputs) == ["good"] and "Chicago" in outputs["good"].outputs[0].text

@@ -151,7 +151,9 @@ class LLMEngine:
 
         touched: dict[str, Request] = {}
         if seqs:
-            sampled = self.sampler.sample(logits[rows], [s.state for s in seqs])
+            if rows != list(range(len(logits))):  # forks repeat a row; finished chunks drop rows
+                logits = logits[rows]
+            sampled = self.sampler.sample(logits, [s.state for s in seqs])
             for seq, token, logprobs in zip(seqs, sampled.tokens.tolist(), sampled.logprobs):
                 request = seq.request
                 if request.metrics.first_token_time is None:

@@ -54,14 +54,15 @@ def generator_class(hf_config: Any) -> type:
 class ModelRunner:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
                  optimizations: str | None = None, generator: Any = None) -> None:
-        """``generator``: an already built object with the contract's methods, used instead of building the
-        checkpoint's class (benchmarks of the engine alone pass one that does no work)."""
+        """``generator``: an already built object with the contract's methods (on its own device), used instead
+        of building the checkpoint's class (tests and benchmarks of the engine alone pass one that does no work)."""
         hf_config = checkpoint.config
         self.config = config
         self.vocab_size: int = hf_config.vocab_size
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
-        self.device = open_device(backend)
+        self.device = None
         if generator is None:
+            self.device = open_device(backend)
             generator = generator_class(hf_config).from_state_dict(
                 hf_config, checkpoint.state_dict, self.device, config.max_num_seqs, max_seq_len=config.max_model_len,
                 optimizations=optimizations)
@@ -78,7 +79,9 @@ class ModelRunner:
         self._host_kv: dict[int, list[torch.Tensor]] = {}  # swapped-out blocks by host block id
 
     def close(self) -> None:
-        close_device(self.device)
+        if self.device is not None:
+            close_device(self.device)
+            self.device = None
 
     # The batch.
 
