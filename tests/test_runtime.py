@@ -24,15 +24,14 @@ def test_environment_variable_overrides_the_default(monkeypatch):
 
 
 def test_proxy_follows_the_most_recently_opened_device(mock_device):
-    import ttnn as real_ttnn
-
+    underneath = runtime.ttnn.from_torch  # the session's devices (the mock one at least) stay open throughout
     first = runtime.open_device("host")
     assert runtime.ttnn.from_torch is host.from_torch
     second = runtime.open_device("host", mesh_shape=(1, 2))
     assert second.get_num_devices() == 2 and runtime.backend_of(second) == "host"
     runtime.close_device(second)
     runtime.close_device(first)
-    assert runtime.ttnn.from_torch is real_ttnn.from_torch  # the session's mock device is open underneath
+    assert runtime.ttnn.from_torch is underneath
     with pytest.raises(ValueError, match="not opened"):
         runtime.close_device(first)
 
