@@ -101,7 +101,7 @@ class LLMEngine:
         return request
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
-        """End a request now (finish reason "abort") and free its blocks; None if it is not running."""
+        """End a request now (finish reason "abort") and free its blocks; None if it is unknown or finished."""
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
