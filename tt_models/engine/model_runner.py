@@ -75,7 +75,6 @@ class ModelRunner:
         self.batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size,
                                 page_table_width(config.max_model_len, config.block_size, config.num_kv_blocks),
                                 max_cross_blocks=max_cross)
-        self._block_tails: dict[str, tuple[int, int]] = {}  # each row's table length and last block
         self._host_kv: dict[int, list[torch.Tensor]] = {}  # swapped-out blocks by host block id
 
     def close(self) -> None:
@@ -88,7 +87,6 @@ class ModelRunner:
     def remove(self, seq: Sequence) -> None:
         if seq.key in self.batch.row_of:
             self.batch.remove_request(seq.key)
-            del self._block_tails[seq.key]
 
     def append_token(self, seq: Sequence, token_id: int) -> None:
         """A sampled token into the sequence's row (a sequence without one, a new fork, gets its row with its
@@ -97,19 +95,19 @@ class ModelRunner:
             self.batch.append_token(seq.key, token_id)
 
     def _sync(self, seq: Sequence, kv: Any) -> None:
-        """Put the sequence in a row if it has none, and bring its row's block table up to date."""
-        tail = kv.table_tail(seq.seq_id)
+        """Put the sequence in a row if it has none, and bring its row's block table up to date: the table
+        only grows, except that a copy-on-write replaces its last block (compared in O(1))."""
         if seq.key not in self.batch.row_of:
             cross = kv.cross_table(seq.request.request_id) if self.is_encoder_decoder else None
             self.batch.add_request(seq.key, seq.token_ids, kv.self_table(seq.seq_id), cross_block_ids=cross,
                                    encoder_len=seq.request.encoder_len, num_computed_tokens=seq.num_computed)
-        elif self._block_tails[seq.key] != tail:
-            row = self.batch.row_of[seq.key]
-            known = int(self.batch.num_blocks[row])
+            return
+        row = self.batch.row_of[seq.key]
+        known = int(self.batch.num_blocks[row])
+        if kv.table_tail(seq.seq_id) != (known, int(self.batch.block_table[row, known - 1])):
             table = kv.self_table(seq.seq_id)
-            self.batch.block_table[row, known - 1:known] = table[known - 1:known]  # a copy-on-write block
+            self.batch.block_table[row, known - 1] = table[known - 1]
             self.batch.append_blocks(seq.key, table[known:])
-        self._block_tails[seq.key] = tail
 
     # Steps.
 

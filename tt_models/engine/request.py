@@ -109,6 +109,11 @@ class Request:
     def live_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.finished]
 
+    @property
+    def num_slots(self) -> int:
+        """Batch slots it holds: one per live sequence, and the ``n - 1`` its prompt will fork into."""
+        return self.params.n - len(self.seqs) + len(self.live_seqs)
+
     def child_params(self, index: int) -> SamplingParams:
         """Sequence ``index``'s parameters: a seeded request's children draw from ``seed + index``, and every
         sequence stops at the context limit."""

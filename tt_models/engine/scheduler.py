@@ -96,8 +96,7 @@ class Scheduler:
     # Steps.
 
     def _slots_used(self) -> int:
-        """Batch slots of running requests; a request keeps ``n`` slots from admission on."""
-        return sum(max(len(r.live_seqs), r.params.n - len(r.seqs) + len(r.live_seqs)) for r in self.running)
+        return sum(r.num_slots for r in self.running)
 
     def _swap_in(self, out: SchedulerOutput) -> list[tuple[Sequence, int]]:
         """Bring swapped-out requests back, oldest first, while their blocks, one more block per sequence
@@ -166,8 +165,7 @@ class Scheduler:
     def _admit(self, request: Request) -> bool:
         """Allocate the blocks of a waiting request (new, or preempted by recomputation) if they fit."""
         seqs = request.live_seqs
-        slots = max(request.params.n - len(request.seqs) + len(seqs), len(seqs))
-        if self._slots_used() + slots > self.config.max_num_seqs:
+        if self._slots_used() + request.num_slots > self.config.max_num_seqs:
             return False
         prompt_len = len(request.inputs.prompt_token_ids)
         need = self.kv.num_blocks_for(request.encoder_len) + sum(self.kv.num_blocks_for(len(s.token_ids))
