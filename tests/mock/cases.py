@@ -608,6 +608,12 @@ def decode_fp32_q(ttnn, device):
     return _decode_call(ttnn, q, keys, values, table, cur_pos_tensor=ints(ttnn, device, [0] * B))
 
 
+def decode_fp32_cache(ttnn, device):  # a float32 KV cache cannot be read by SDPA decode (bf16 / bfp8 / bfp4)
+    q, _, _, table = _decode_args(ttnn, device)
+    keys, values = (kv_cache(ttnn, device, B * 4, 32, 64, ttnn.float32, seed=s) for s in (1, 2))
+    return _decode_call(ttnn, q, keys, values, table, cur_pos_tensor=ints(ttnn, device, [0] * B))
+
+
 def unpaged_decode_k_chunk(ttnn, device):  # k_chunk 256 does not divide S = 384
     keys, values = (tile(ttnn, device, rand(4, NKV, 384, 64, seed=s)) for s in (1, 2))
     q, pos = tile(ttnn, device, rand(1, 4, NH, 64)), ints(ttnn, device, [0, 1, 2, 3])
@@ -629,6 +635,11 @@ def sdpa_causal_sq_ne_sk(ttnn, device):
     q = tile(ttnn, device, rand(1, NH, 64, 64))
     k, v = (tile(ttnn, device, rand(1, NKV, 128, 64, seed=s)) for s in (1, 2))
     return lambda: ttnn.transformer.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def sdpa_fp32_operands(ttnn, device):  # no float32 attention on TT-NN, prefill included
+    q, k, v = (tile(ttnn, device, rand(1, NH, 64, 64, seed=s), ttnn.float32) for s in range(3))
+    return lambda: ttnn.transformer.scaled_dot_product_attention(q, k, v, is_causal=False)
 
 
 def sdpa_mask_with_causal(ttnn, device):
@@ -724,8 +735,9 @@ INVALID = [fill_cache_dtype_mismatch, fill_cache_seq_too_long, fill_cache_batch_
            update_cache_idxs_count, update_cache_page_table_not_int32, update_cache_idxs_not_int32,
            update_cache_bfp8_input, fused_update_overlapping_inputs, decode_causal_without_cur_pos,
            decode_cur_pos_batch, decode_page_table_batch, decode_mask_with_causal, decode_non_causal_k_chunk,
-           decode_gqa_sharded_output, decode_fp32_q, unpaged_decode_k_chunk, linear_inner_dims, matmul_inner_dims,
-           sdpa_causal_sq_ne_sk, sdpa_mask_with_causal, sdpa_mask_with_window, sdpa_mask_heads,
-           sdpa_heads_not_divisible, chunked_sdpa_past_page_table, chunked_sdpa_start_not_chunk_multiple,
-           rotary_bfp8_input, rotary_decode_interleaved, create_qkv_heads_bad_width, fill_cache_batch_out_of_range,
-           bfp8_row_major, typecast_row_major_to_bfp8, concat_mixed_dtypes, add_incompatible_shapes, reshape_volume]
+           decode_gqa_sharded_output, decode_fp32_q, decode_fp32_cache, unpaged_decode_k_chunk, linear_inner_dims,
+           matmul_inner_dims, sdpa_causal_sq_ne_sk, sdpa_fp32_operands, sdpa_mask_with_causal, sdpa_mask_with_window,
+           sdpa_mask_heads, sdpa_heads_not_divisible, chunked_sdpa_past_page_table,
+           chunked_sdpa_start_not_chunk_multiple, rotary_bfp8_input, rotary_decode_interleaved,
+           create_qkv_heads_bad_width, fill_cache_batch_out_of_range, bfp8_row_major, typecast_row_major_to_bfp8,
+           concat_mixed_dtypes, add_incompatible_shapes, reshape_volume]

@@ -4,6 +4,7 @@ The 30 s two-speaker call shipped in the pyannote.audio wheel, whole and cut int
 runs as one continuously batched set of requests. Transcripts must equal HF's up to the first differing
 token, where ours must be among HF's top 5 there (vLLM's closeness rule; the logit margin is reported);
 word error rates of both against the reference transcript are reported for both profiles.
+``bench/whisper_speech_accuracy.py`` sets these differences beside HF's own bf16 runs.
 """
 
 import pytest
