@@ -3,7 +3,8 @@
 The 30 s two-speaker call shipped in the pyannote.audio wheel, whole and cut into its reference segments,
 runs as one continuously batched set of requests. Transcripts must equal HF's up to the first differing
 token, where ours must be among HF's top 5 there (vLLM's closeness rule; the logit margin is reported);
-word error rates of both against the reference transcript are reported for both profiles.
+word error rates of both against the reference transcript are reported for both profiles, and ours may not
+exceed HF's by more than 2 points.
 ``bench/whisper_speech_accuracy.py`` sets these differences beside HF's own bf16 runs.
 """
 
@@ -108,4 +109,5 @@ def test_transcripts_match_hf(host_device, tiny_en, profile):
         print(f"  clip {i} differs at token {k} (HF logit margin {margin:.3f}):\n    ours {ours[i]!r}\n"
               f"    HF   {hf_texts[i]!r}")
         assert a[k] in top5, f"clip {i}: token {k} is not among HF's top 5"
-    assert wer_ours < 0.4
+    # Near-tie flips must not cost words: WER within 2 points of HF's, whole call and segments.
+    assert wer_ours <= wer_hf + 0.02 and segment_wer_ours <= segment_wer_hf + 0.02
