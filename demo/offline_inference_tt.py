@@ -155,7 +155,8 @@ def measure_perf(llm: LLM, args: argparse.Namespace) -> None:
         runs.append(generate(llm, prompts, params, show=0))
     print(f"average run time {statistics.mean(r['seconds'] for r in runs):.2f} s, "
           f"TTFT {statistics.mean(r['ttft_s'] for r in runs) * 1000:.0f} ms, "
-          f"{statistics.mean(r['tok_s_user'] for r in runs):.2f} t/s/u, {statistics.mean(r['tok_s'] for r in runs):.2f} t/s")
+          f"{statistics.mean(r['tok_s_user'] for r in runs):.2f} t/s/u, "
+          f"{statistics.mean(r['tok_s'] for r in runs):.2f} t/s")
 
 
 def doubling(limit: int, start: int = 8) -> list[int]:

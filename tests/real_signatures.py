@@ -31,7 +31,8 @@ class Param:
         if self.name != other.name and not (self.positional_only or other.positional_only):
             return False
         if UNKNOWN in (self.default, other.default):
-            return (self.default is NO_DEFAULT) == (other.default is NO_DEFAULT) or UNKNOWN in (self.default, other.default)
+            both_or_neither = (self.default is NO_DEFAULT) == (other.default is NO_DEFAULT)
+            return both_or_neither or UNKNOWN in (self.default, other.default)
         return self.default == other.default
 
 

@@ -127,7 +127,8 @@ def smollm2_checkpoint():
 
 @pytest.mark.slow
 def test_smollm2_gguf_config_and_tokenizer(smollm2_checkpoint):
-    config, state_dict, tokenizer = smollm2_checkpoint.config, smollm2_checkpoint.state_dict, smollm2_checkpoint.tokenizer
+    checkpoint = smollm2_checkpoint
+    config, state_dict, tokenizer = checkpoint.config, checkpoint.state_dict, checkpoint.tokenizer
     assert config.model_type == "llama" and smollm2_checkpoint.source == smollm2_135m_instruct_path()
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (30, 576, 9)
     assert (config.num_key_value_heads, config.vocab_size, config.tie_word_embeddings) == (3, 49152, True)

@@ -180,7 +180,8 @@ def test_unsupported_parameters_and_unfittable_requests_raise():
 @settings(max_examples=60)
 @given(
     encoder_decoder=st.booleans(),
-    lengths=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 70), st.integers(1, 40), st.sampled_from([1, 1, 2, 3])),
+    lengths=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 70), st.integers(1, 40),
+                               st.sampled_from([1, 1, 2, 3])),
                      min_size=1, max_size=7),
     arrivals=st.lists(st.integers(0, 30), min_size=7, max_size=7),
     num_kv_blocks=st.integers(16, 48),

@@ -14,7 +14,8 @@ BLOCK = 16
 def hard_values(n_blocks: int, seed: int) -> torch.Tensor:
     """``n_blocks`` 16-value blocks mixing the cases a BFP packer gets wrong, several inside each block."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n_blocks, BLOCK, generator=g) * torch.exp2(torch.randint(-30, 30, (n_blocks, BLOCK), generator=g).float())
+    x = torch.randn(n_blocks, BLOCK, generator=g)
+    x = x * torch.exp2(torch.randint(-30, 30, (n_blocks, BLOCK), generator=g).float())
     kinds = torch.randint(0, 7, (n_blocks, BLOCK), generator=g)
     # exact ties at the 7-bit and 3-bit mantissa boundaries, relative to a power-of-two block max
     exps = torch.exp2(torch.randint(-8, 8, (n_blocks, 1), generator=g).float())
@@ -23,7 +24,8 @@ def hard_values(n_blocks: int, seed: int) -> torch.Tensor:
     x = torch.where(kinds == 1, tie8, x)
     x = torch.where(kinds == 2, tie4, x)
     x = torch.where(kinds == 3, torch.zeros_like(x), x)
-    x = torch.where(kinds == 4, torch.full_like(x, 3e-39) * torch.sign(torch.randn(x.shape, generator=g)), x)  # denormals
+    denormals = torch.full_like(x, 3e-39) * torch.sign(torch.randn(x.shape, generator=g))
+    x = torch.where(kinds == 4, denormals, x)
     # values just below the next power of two: rounding up would overflow the block's shared exponent
     x = torch.where(kinds == 5, exps * (2 - torch.rand(x.shape, generator=g) * 2**-9), x)
     x = torch.where(kinds == 6, -x, x)
@@ -42,7 +44,8 @@ def test_packing_is_bit_exact_with_ttnn(host_dtype, real_dtype, shape):
     mine = host.to_torch(host.from_torch(x, dtype=host_dtype, layout=host.TILE_LAYOUT))
     assert mine.dtype == real.dtype and mine.shape == real.shape
     mismatched = (mine.float().view(torch.int32) != real.float().view(torch.int32))
-    assert not mismatched.any(), f"{int(mismatched.sum())} of {n} values differ, first at {mismatched.nonzero()[0].tolist()}"
+    assert not mismatched.any(), (f"{int(mismatched.sum())} of {n} values differ, "
+                                  f"first at {mismatched.nonzero()[0].tolist()}")
 
 
 def test_hard_values_cover_the_cases():

@@ -31,7 +31,8 @@ def run(device, checkpoint: str, data_parallel: int) -> list[tuple[int, ...]]:
                                     empty_slots=[0, MAX_BATCH - 1])
     raw = model.decode_forward(tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32),
                                start_pos=torch.tensor([40, -1, -1, 45], dtype=torch.int32),
-                               page_table=torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]], dtype=torch.int32),
+                               page_table=torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]],
+                                                       dtype=torch.int32),
                                kv_cache=kv, enable_trace=False, read_from_device=False)
     host, events = model.read_decode_output(raw, async_read=True)
     assert events == []

@@ -16,7 +16,8 @@ WHISPER = dict(num_mel_bins=80, max_source_positions=64, max_target_positions=64
                pad_token_id=50256, bos_token_id=50257, eos_token_id=50256)
 # English-only Whisper has 51864 tokens, multilingual 51865 (language and task tokens).
 CASES = {
-    "whisper-en": (lambda: WhisperConfig(**SIZES, **WHISPER, vocab_size=51864), WhisperForConditionalGeneration, TTWhisper),
+    "whisper-en": (lambda: WhisperConfig(**SIZES, **WHISPER, vocab_size=51864), WhisperForConditionalGeneration,
+                   TTWhisper),
     "whisper-multilingual": (lambda: WhisperConfig(**SIZES, **WHISPER, vocab_size=51865),
                              WhisperForConditionalGeneration, TTWhisper),
     "bart": (lambda: BartConfig(**SIZES, vocab_size=320, max_position_embeddings=128), BartForConditionalGeneration,

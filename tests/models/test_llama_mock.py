@@ -29,7 +29,7 @@ def test_n150(mock_device, checkpoint):
 @pytest.mark.parametrize("data_parallel", [1, 2])
 def test_n300(checkpoint, data_parallel):
     """A 1x2 mesh: the model replicated on both chips, or one replica per chip (tt_data_parallel=2)."""
-    result = subprocess.run([sys.executable, "-m", "tests.models.llama_on_mock", checkpoint, "n300", str(data_parallel)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "tests.models.llama_on_mock", checkpoint, "n300", str(data_parallel)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"ok [(2, 1, {VOCAB}), ({MAX_BATCH}, 1, {VOCAB}), ({MAX_BATCH}, 1, {VOCAB})]" in result.stdout

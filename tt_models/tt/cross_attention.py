@@ -49,7 +49,8 @@ class CrossAttention:
             ttnn.deallocate(part)
         ttnn.deallocate(kv)
 
-    def forward(self, x: Any, kv_cache: tuple[Any, Any], cross_page_tables: list[Any], cross_positions: list[Any]) -> Any:
+    def forward(self, x: Any, kv_cache: tuple[Any, Any], cross_page_tables: list[Any],
+                cross_positions: list[Any]) -> Any:
         """``x [1, 1, R, dim]``; per group of 32 rows, the cross table rows and ``encoder_len - 1`` (or -1)."""
         rows, heads, dim = x.shape[2], self.n_heads, self.head_dim
         q = ttnn.linear(x, self.wq, bias=self.bq)

@@ -141,7 +141,8 @@ class Seq2SeqGenerator(Generator):
         out = []
         for row, ((start, end, replica), entry, encoder_len) in enumerate(zip(rows, encoder_inputs, encoder_lens)):
             if not 0 < encoder_len <= self.max_cross_attn_tokens:
-                raise ValueError(f"prefill row {row}: encoder_len {encoder_len} outside 1..{self.max_cross_attn_tokens}")
+                raise ValueError(f"prefill row {row}: encoder_len {encoder_len} "
+                                 f"outside 1..{self.max_cross_attn_tokens}")
             model, device, cache = self.models[replica], self.devices[replica], kv_cache[replica]
             with use(device):
                 if entry is not None:

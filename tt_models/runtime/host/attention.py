@@ -153,7 +153,8 @@ def chunked_scaled_dot_product_attention(input_tensor_q: Tensor, input_tensor_k:
                                          paged_cache_geometry: object = None, sliding_window_size: int | None = None,
                                          attention_sink: Tensor | None = None) -> Tensor:
     op = "chunked_scaled_dot_product_attention"
-    if scale is not None and not (isinstance(scale, float) and float(torch.tensor(scale, dtype=torch.float32)) == scale):
+    float32_exact = isinstance(scale, float) and float(torch.tensor(scale, dtype=torch.float32)) == scale
+    if scale is not None and not float32_exact:
         # ttnn 0.81.1's binding takes scale as a 32-bit float and refuses a Python value it cannot hold exactly.
         raise TypeError(f"{op}(): incompatible function arguments: scale={scale!r} is not exactly representable "
                         f"as float32 (pass float(torch.tensor(scale, dtype=torch.float32)))")
