@@ -8,8 +8,8 @@ transcript how far its token's logit lies below the reference's choice there (th
 so a small margin is a near-tie the reference itself barely decides). Word error rates against the
 reference transcript (``sample.stm``) for the whole clip and for the segments.
 
-It shows how much of the gap to float32 HF is bfloat16 alone: HF's own bfloat16 runs miss the float32
-transcripts at the same near-ties.
+It shows how much of the gap to float32 HF is bfloat16 alone: HF on the weights rounded to bfloat16 misses
+its float32 transcripts at the same near-ties as the accuracy profile (and one more).
 
     .venv/bin/python bench/whisper_speech_accuracy.py [--max-tokens 160]
 """
