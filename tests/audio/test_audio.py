@@ -8,8 +8,8 @@ import pytest
 import soundfile
 
 from tt_models.audio import load_audio, normalize_english, parse_stm, speech_sample, word_error_rate
-from tt_models.audio import sample as sample_module
 from tt_models.audio import wer as wer_module
+from tt_models import package_data
 
 
 def _sine(frequency: float, rate: int, seconds: float = 1.0, channels: int = 1) -> np.ndarray:
@@ -107,7 +107,7 @@ def test_speech_sample_and_its_transcript():
 
 
 def test_missing_pyannote_names_the_pip_command(monkeypatch):
-    monkeypatch.setattr(sample_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(package_data.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps pyannote\.audio==4\.0\.7"):
         speech_sample()
 
@@ -132,7 +132,7 @@ def test_word_error_rate_needs_reference_words_and_the_spelling_data(monkeypatch
         word_error_rate("Um, uh. Hmm!", "anything")
     wer_module.english_spelling_mapping.cache_clear()
     wer_module._normalizer.cache_clear()
-    monkeypatch.setattr(wer_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(package_data.importlib.util, "find_spec", lambda name: None)
     try:
         with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps whisper-normalizer==0\.1\.15"):
             word_error_rate("a", "a")

