@@ -10,7 +10,7 @@ import torch
 from transformers import AutoConfig
 
 from tests.models.hf_reference import pcc, tiny_model
-from tests.models.vllm_driver import Request, VllmDriver
+from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 
 CLASSES = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM}
@@ -73,30 +73,8 @@ def test_teacher_forced_steps_match_hf(host_device, model_case, delivery):
         scores.append(pcc(logits, hf_logits[request_index][len(r.tokens) - 1]))
         ever_owned.update(r.blocks)
 
-    driver.add(requests[0], slot=0)
-    driver.add(requests[1], slot=2)  # a gap in the batch
-    for i, row in zip((0, 1), driver.prefill([requests[0], requests[1]])):
-        check(i, row)
-    active = {0, 1}
-    while active:
-        for i in list(active):
-            r = requests[i]
-            fed = len(r.tokens) - r.prompt_len
-            if fed == NEW_TOKENS:  # finished: leaves the batch, its blocks return to the pool
-                driver.remove(r)
-                active.discard(i)
-                continue
-            r.tokens.append(int(sequences[i][len(r.tokens)]))
-        if len(requests[0].tokens) - requests[0].prompt_len == 10 and 2 not in active and requests[2].computed == 0:
-            driver.add(requests[2], slot=1)  # joins mid-run
-            check(2, driver.prefill([requests[2]])[0])
-            active.add(2)
-            requests[2].tokens.append(int(sequences[2][len(requests[2].tokens)]))
-        if not active:
-            break
-        step = driver.decode() if delivery == "decode" else driver.decode_as_prefill()
-        for i in active:
-            check(i, step[requests[i].slot])
+    teacher_forced_steps(driver, requests, sequences, slots=(0, 2, 1), join_after=10, new_tokens=NEW_TOKENS,
+                         delivery=delivery, check=check)  # a gap in the batch at slot 1 until request 2 joins
     assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
     print(f"\n{name} {delivery}: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert min(scores) >= 0.99

@@ -13,7 +13,7 @@ from transformers import GenerationMixin
 from tests.models.hf_reference import pcc
 from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
 from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _closeness, _fill_nan
-from tests.models.vllm_driver import Request, VllmDriver
+from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
 NEW_TOKENS = 24
@@ -83,29 +83,8 @@ def test_teacher_forced_steps_match_hf(host_device, seq2seq_case, delivery):
         scores.append(pcc(logits, items[i][4][len(r.tokens) - 1]))
         ever_owned.update(r.blocks + r.cross_blocks)
 
-    driver.add(requests[0], slot=1)
-    driver.add(requests[1], slot=3)
-    for i, row in zip((0, 1), driver.prefill(requests[:2])):
-        check(i, row)
-    active = {0, 1}
-    while active:
-        for i in list(active):
-            r = requests[i]
-            if len(r.tokens) - r.prompt_len == NEW_TOKENS:
-                driver.remove(r)
-                active.discard(i)
-                continue
-            r.tokens.append(int(items[i][3][len(r.tokens)]))
-        if len(requests[0].tokens) - requests[0].prompt_len == 6 and requests[2].computed == 0:
-            driver.add(requests[2], slot=0)
-            check(2, driver.prefill([requests[2]])[0])
-            active.add(2)
-            requests[2].tokens.append(int(items[2][3][len(requests[2].tokens)]))
-        if not active:
-            break
-        step = driver.decode() if delivery == "decode" else driver.decode_as_prefill()
-        for i in active:
-            check(i, step[requests[i].slot])
+    teacher_forced_steps(driver, requests, [item[3] for item in items], slots=(1, 3, 0), join_after=6,
+                         new_tokens=NEW_TOKENS, delivery=delivery, check=check)
     assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
     print(f"\n{name} {delivery}: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert min(scores) >= 0.99

@@ -11,6 +11,7 @@ and ``encoder_lens`` (0 in decode padding rows).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,3 +128,42 @@ class VllmDriver:
         active = [r for r in self.slots if r is not None]
         logits = self.prefill(active)
         return {r.slot: row for r, row in zip(active, logits)}
+
+
+def teacher_forced_steps(driver: VllmDriver, requests: list[Request], sequences: list[torch.Tensor], *,
+                         slots: tuple[int, int, int], join_after: int, new_tokens: int, delivery: str,
+                         check: Callable[[int, torch.Tensor], None]) -> None:
+    """Feed three requests their reference continuations (``sequences[i]``, prompt included) step by step.
+
+    Requests 0 and 1 start together in ``slots[0]`` and ``slots[1]``; request 2 joins in ``slots[2]`` once
+    request 0 has been fed ``join_after`` tokens; each leaves after ``new_tokens``. Steps are decodes or, with
+    ``delivery = "one-token-prefill"``, one-token prefills. ``check(i, logits)`` sees request ``i``'s logits of
+    every prefill and step.
+    """
+    def feed(i: int) -> None:
+        r = requests[i]
+        r.tokens.append(int(sequences[i][len(r.tokens)]))
+
+    driver.add(requests[0], slot=slots[0])
+    driver.add(requests[1], slot=slots[1])
+    for i, row in zip((0, 1), driver.prefill(requests[:2])):
+        check(i, row)
+    active = {0, 1}
+    while active:
+        for i in list(active):
+            r = requests[i]
+            if len(r.tokens) - r.prompt_len == new_tokens:  # finished: leaves the batch, its blocks return to the pool
+                driver.remove(r)
+                active.discard(i)
+                continue
+            feed(i)
+        if len(requests[0].tokens) - requests[0].prompt_len == join_after and requests[2].computed == 0:
+            driver.add(requests[2], slot=slots[2])  # joins mid-run
+            check(2, driver.prefill([requests[2]])[0])
+            active.add(2)
+            feed(2)
+        if not active:
+            break
+        step = driver.decode() if delivery == "decode" else driver.decode_as_prefill()
+        for i in active:
+            check(i, step[requests[i].slot])
