@@ -6,7 +6,8 @@ the self-attention KV. Every read, at prefill and at decode, goes through
 ``paged_scaled_dot_product_attention_decode`` over the cross table, causal with
 ``cur_pos = encoder_len - 1``: that attends exactly the encoder positions, needs no mask, and skips
 rows whose position is ``-1`` (decode padding). Prefill queries are handed to it as rows of at most
-32 "users" sharing one cross table row.
+32 "users" sharing one cross table row. A row may attend a prefix of the encoder positions instead
+(``cur_pos`` = its last visible position): Mllama's text rows see only their image's real tiles.
 """
 
 from __future__ import annotations
@@ -16,33 +17,61 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
-from tt_models.tt.weights import as_bias, as_linear_weight
+from tt_models.tt.norm import RMSNorm
+from tt_models.tt.weights import as_bias, as_int_tensor, as_linear_weight
 
 ROWS = 32  # query rows per decode-SDPA call
 
 
+def cross_inputs(tables: torch.Tensor, positions: torch.Tensor, device: Any) -> tuple[list[Any], list[Any]]:
+    """Cross page tables ``[R, W]`` and each row's last attended position (``-1``: none) as device tensors, per
+    group of 32 query rows (the arguments of :meth:`CrossAttention.forward`)."""
+    groups = range(0, tables.shape[0], ROWS)
+    return ([as_int_tensor(tables[g: g + ROWS], device) for g in groups],
+            [as_int_tensor(positions[g: g + ROWS], device) for g in groups])
+
+
+def _optional_bias(state: dict[str, torch.Tensor], name: str, device: Any) -> Any:
+    return None if name not in state else as_bias(state[name], device)
+
+
 class CrossAttention:
-    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any) -> None:
-        self.n_heads, self.head_dim = args.n_heads, args.head_dim
+    """``args``: ``n_heads``, ``n_kv_heads`` (GQA), ``head_dim``. Biases are used where the checkpoint has them;
+    ``qk_norm_eps`` adds the per-head RMSNorms of Q and K (``q_norm`` / ``k_norm``, Mllama)."""
+
+    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any, *,
+                 out_proj: str = "out_proj", qk_norm_eps: float | None = None) -> None:
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
         self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
         self.wq = as_linear_weight(state[f"{prefix}q_proj.weight"], device, weight_dtype)
-        self.bq = as_bias(state[f"{prefix}q_proj.bias"], device)
+        self.bq = _optional_bias(state, f"{prefix}q_proj.bias", device)
         wk, wv = state[f"{prefix}k_proj.weight"], state[f"{prefix}v_proj.weight"]
         self.wkv = as_linear_weight(torch.cat([wk, wv]), device, weight_dtype)
-        bk = state.get(f"{prefix}k_proj.bias", torch.zeros(wk.shape[0]))  # Whisper's k_proj has no bias
-        self.bkv = as_bias(torch.cat([bk, state[f"{prefix}v_proj.bias"]]), device)
-        self.wo = as_linear_weight(state[f"{prefix}out_proj.weight"], device, weight_dtype)
-        self.bo = as_bias(state[f"{prefix}out_proj.bias"], device)
+        bk, bv = state.get(f"{prefix}k_proj.bias"), state.get(f"{prefix}v_proj.bias")
+        self.bkv = None
+        if bk is not None or bv is not None:  # Whisper's k_proj has no bias, its v_proj has one
+            zeros = torch.zeros(wk.shape[0])
+            self.bkv = as_bias(torch.cat([zeros if bk is None else bk, zeros if bv is None else bv]), device)
+        self.wo = as_linear_weight(state[f"{prefix}{out_proj}.weight"], device, weight_dtype)
+        self.bo = _optional_bias(state, f"{prefix}{out_proj}.bias", device)
+        self.q_norm = self.k_norm = None
+        if qk_norm_eps is not None:
+            self.q_norm = RMSNorm(state[f"{prefix}q_norm.weight"], qk_norm_eps, device)
+            self.k_norm = RMSNorm(state[f"{prefix}k_norm.weight"], qk_norm_eps, device)
 
     def fill(self, encoder_states: Any, kv_cache: tuple[Any, Any], cross_page_table: Any) -> None:
         """Project ``encoder_states [1, 1, S_enc, dim]`` to K/V and write them to the cross blocks
         (``cross_page_table [1, ceil(S_enc / bs)]``)."""
         k_cache, v_cache = kv_cache
-        length, heads, dim = encoder_states.shape[2], self.n_heads, self.head_dim
+        length, heads, dim = encoder_states.shape[2], self.n_kv_heads, self.head_dim
         kv = ttnn.linear(encoder_states, self.wkv, bias=self.bkv)
         kv = ttnn.permute(ttnn.reshape(kv, (1, length, 2 * heads, dim)), (0, 2, 1, 3))
         for cache, first in ((k_cache, 0), (v_cache, heads)):
             part = ttnn.slice(kv, (0, first, 0, 0), (1, first + heads, length, dim))
+            if first == 0 and self.k_norm is not None:
+                normed = self.k_norm.forward(part)
+                ttnn.deallocate(part)
+                part = normed
             if part.dtype != cache.dtype:
                 part = ttnn.typecast(part, cache.dtype)
             ttnn.experimental.paged_fill_cache(cache, part, cross_page_table, batch_idx=0)
@@ -59,6 +88,8 @@ class CrossAttention:
             start, end = group * ROWS, min(rows, (group + 1) * ROWS)
             q_rows = q if len(cross_page_tables) == 1 else ttnn.slice(q, (0, 0, start, 0), (1, 1, end, heads * dim))
             q_rows = ttnn.reshape(q_rows, (1, end - start, heads, dim))
+            if self.q_norm is not None:
+                q_rows = self.q_norm.forward(q_rows)
             attn = ttnn.transformer.paged_scaled_dot_product_attention_decode(
                 q_rows, kv_cache[0], kv_cache[1], page_table_tensor=table, cur_pos_tensor=positions,
                 scale=self.scale, memory_config=ttnn.DRAM_MEMORY_CONFIG)

@@ -15,8 +15,8 @@ from tt_models.tt.norm import RMSNorm
 
 class TransformerBlock:
     def __init__(self, args: DecoderArgs, state: dict[str, torch.Tensor], layer: int, device: Any,
-                 precision: Precision) -> None:
-        prefix = f"model.layers.{layer}."
+                 precision: Precision, layers_prefix: str = "model.layers.") -> None:
+        prefix = f"{layers_prefix}{layer}."
         self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
         self.attention = Attention(args, state, f"{prefix}self_attn.", device, precision.attention_weights)
         self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)

@@ -28,6 +28,17 @@ class Precision:
             return cls(ttnn.bfloat8_b, ttnn.bfloat4_b, ttnn.bfloat8_b, ttnn.bfloat8_b)
         raise ValueError(f"optimizations={optimizations!r}: expected None or one of {', '.join(PROFILES)}")
 
+    @classmethod
+    def uniform(cls, optimizations: str | None) -> "Precision":
+        """Encoders and Whisper / BART: "accuracy" keeps every weight and the KV cache in bfloat16, "performance"
+        (the default) stores them as bfloat8_b, as tt-metal's Whisper does."""
+        profile = optimizations or "performance"
+        if profile == "accuracy":
+            return cls(ttnn.bfloat16, ttnn.bfloat16, ttnn.bfloat16, ttnn.bfloat16)
+        if profile == "performance":
+            return cls(ttnn.bfloat8_b, ttnn.bfloat8_b, ttnn.bfloat8_b, ttnn.bfloat8_b)
+        raise ValueError(f"optimizations={optimizations!r}: expected None or one of {', '.join(PROFILES)}")
+
 
 @dataclass(frozen=True)
 class DecoderArgs:

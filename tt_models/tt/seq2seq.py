@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import torch
 
 from tt_models.runtime import ttnn
-from tt_models.tt.cross_attention import ROWS
+from tt_models.tt.cross_attention import cross_inputs
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import Precision
@@ -98,12 +98,6 @@ class Seq2SeqDecoder:
         x = ttnn.add(x, self.embed_positions.forward(positions + self.args.position_offset))
         return x if self.embedding_norm is None else self.embedding_norm.forward(x)
 
-    def _cross_inputs(self, tables: torch.Tensor, positions: torch.Tensor) -> tuple[list[Any], list[Any]]:
-        """Cross page tables and ``encoder_len - 1`` positions as device tensors, per group of 32 query rows."""
-        groups = range(0, tables.shape[0], ROWS)
-        return ([as_int_tensor(tables[g: g + ROWS], self.device) for g in groups],
-                [as_int_tensor(positions[g: g + ROWS], self.device) for g in groups])
-
     def fill_cross(self, encoder_states: Any, encoder_len: int, cross_row: torch.Tensor,
                    kv_cache: list[list[Any]]) -> None:
         """Write one request's cross K/V (every layer) into its cross blocks."""
@@ -126,8 +120,8 @@ class Seq2SeqDecoder:
         """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
         x = self.embed(chunk.padded_tokens(tokens), torch.arange(chunk.start, chunk.start + chunk.padded))
         yield x
-        cross = self._cross_inputs(cross_row[None].expand(chunk.padded, -1),
-                                   torch.full((chunk.padded,), encoder_len - 1))
+        cross = cross_inputs(cross_row[None].expand(chunk.padded, -1), torch.full((chunk.padded,), encoder_len - 1),
+                             self.device)
         fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
         sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
         for layer, cache in zip(self.layers, kv_cache):
@@ -145,7 +139,7 @@ class Seq2SeqDecoder:
         cross_page_table = torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad))
         encoder_lens = torch.nn.functional.pad(encoder_lens, (0, pad))
         x = self.embed(tokens, positions.clamp(min=0))
-        cross = self._cross_inputs(cross_page_table, torch.where(positions >= 0, encoder_lens - 1, -1))
+        cross = cross_inputs(cross_page_table, torch.where(positions >= 0, encoder_lens - 1, -1), self.device)
         current_pos = as_int_tensor(positions, self.device)
         table = as_int_tensor(page_table, self.device)
         for layer, cache in zip(self.layers, kv_cache):

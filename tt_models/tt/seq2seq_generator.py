@@ -20,7 +20,6 @@ import torch
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.runtime import use
 from tt_models.tt.generator import Generator, as_torch
-from tt_models.runtime import ttnn
 from tt_models.tt.model_config import Precision
 from tt_models.tt.seq2seq import Seq2SeqArgs, Seq2SeqDecoder
 from tt_models.tt.weights import to_host
@@ -38,17 +37,6 @@ class Seq2SeqModel:
     @property
     def n_layers(self) -> int:
         return self.args.decoder_layers
-
-
-def seq2seq_precision(optimizations: str | None) -> Precision:
-    """Whisper / BART profiles: "accuracy" keeps every weight and the KV cache in bfloat16, "performance"
-    (the default) stores them as bfloat8_b, as tt-metal's Whisper does."""
-    profile = optimizations or "performance"
-    if profile == "accuracy":
-        return Precision(ttnn.bfloat16, ttnn.bfloat16, ttnn.bfloat16, ttnn.bfloat16)
-    if profile == "performance":
-        return Precision(ttnn.bfloat8_b, ttnn.bfloat8_b, ttnn.bfloat8_b, ttnn.bfloat8_b)
-    raise ValueError(f"optimizations={optimizations!r}: expected None, 'accuracy' or 'performance'")
 
 
 class Seq2SeqGenerator(Generator):
@@ -74,7 +62,7 @@ class Seq2SeqGenerator(Generator):
             if max_seq_len is not None and max_seq_len > args.max_target_positions:
                 raise ValueError(f"max_seq_len {max_seq_len} exceeds the decoder's {args.max_target_positions} "
                                  "positions")
-            precision = seq2seq_precision(optimizations)
+            precision = Precision.uniform(optimizations)
             return Seq2SeqModel(args, precision, cls.build_encoder(args, state, device, precision),
                                 cls.build_decoder(args, state, device, precision))
 

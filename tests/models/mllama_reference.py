@@ -1,0 +1,45 @@
+"""Tiny random HF Mllama (Llama 3.2 Vision) models, their images and HF's own inputs for them."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from PIL import Image
+from transformers import MllamaConfig, MllamaForConditionalGeneration
+from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
+
+IMAGE_TOKEN = 300  # inside the tiny vocabulary; HF's real checkpoints use 128256 (vocab_size)
+VISION = dict(hidden_size=64, attention_heads=2, intermediate_size=128, num_hidden_layers=3, num_global_layers=2,
+              intermediate_layers_indices=[0, 2], vision_output_dim=64 * 3, image_size=56, patch_size=14,
+              max_num_tiles=4, norm_eps=1e-5)
+TEXT = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256, num_hidden_layers=4,
+            cross_attention_layers=[1, 3], vocab_size=320, max_position_embeddings=512, rms_norm_eps=1e-5,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def tiny_mllama(seed: int = 0) -> MllamaForConditionalGeneration:
+    """Random weights with every gate non-zero (HF initializes the text gates to zero, which hides them)."""
+    torch.manual_seed(seed)
+    config = MllamaConfig(vision_config=VISION, text_config=TEXT, image_token_index=IMAGE_TOKEN)
+    config._attn_implementation = "eager"
+    model = MllamaForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "gate" in name:
+                param.uniform_(0.3, 1.2)
+            elif name.endswith("bias"):
+                param.normal_(0, 0.3)
+            elif "embedding" in name and "patch" not in name:
+                param.normal_(0, 0.5)
+    return model
+
+
+def image_processor(model: MllamaForConditionalGeneration) -> MllamaImageProcessorPil:
+    vision = model.config.vision_config
+    return MllamaImageProcessorPil(size={"height": vision.image_size, "width": vision.image_size},
+                                   max_image_tiles=vision.max_num_tiles)
+
+
+def random_image(width: int, height: int, seed: int) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))

@@ -1,0 +1,155 @@
+"""The TT vLLM contract of Llama 3.2 Vision (the design's image+text encoder-decoder contract).
+
+- ``max_cross_attn_tokens``: vision tokens of one image (``max_num_tiles * patches``); an image request needs
+  ``ceil(max_cross_attn_tokens / block_size)`` cross blocks.
+- ``prefill_forward(*, tokens, images, page_table, kv_cache, prompt_lens, cross_page_table, ...)``: ``images[i]`` is
+  a list of ``PIL.Image.Image`` for row ``i`` (at most one; empty or None: text only). Returns ``(logits,
+  cross_attention_masks, full_text_row_masked_out_mask)``, the last two with one object per row that the caller
+  keeps per request and hands back at every decode (and, as tt-models' extension, to a later prefill chunk of the
+  same request, whose ``images[i]`` is then None: its vision K/V is already in its cross blocks).
+- ``decode_forward(*, tokens, start_pos, cross_attention_masks, full_text_row_masked_out_mask, page_table,
+  kv_cache, cross_page_table, ...)``: the mask lists aligned with the padded decode rows (None: no image).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.models.mllama.images import ImageInput, image_processor, preprocess
+from tt_models.models.mllama.masks import CrossAttentionMask, decode_text_row
+from tt_models.models.mllama.model import MllamaModel
+from tt_models.runtime import use
+from tt_models.tt.generator import Generator, as_torch
+
+
+class MllamaForConditionalGeneration(Generator):
+    """Llama 3.2 Vision: image + text in, text out, with paged cross-attention over the vision tokens."""
+
+    # As tt_transformers declares it for Mllama.
+    model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
+                          "supports_sample_on_device": False}
+    max_cross_attn_tokens: int
+
+    @classmethod
+    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
+                              tt_data_parallel: int = 1, optimizations: str | None = None,
+                              **kwargs: Any) -> "MllamaForConditionalGeneration":
+        """Weights and the image processor come from ``hf_config._name_or_path`` (an HF directory)."""
+        checkpoint = load_hf_checkpoint(hf_config._name_or_path)
+        return cls.from_state_dict(hf_config, checkpoint.state_dict, mesh_device, max_batch_size,
+                                   max_seq_len=max_seq_len, tt_data_parallel=tt_data_parallel,
+                                   optimizations=optimizations, checkpoint_dir=checkpoint.source)
+
+    @classmethod
+    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
+                        max_seq_len: int = 4096, tt_data_parallel: int = 1, optimizations: str | None = None,
+                        checkpoint_dir: Any = None) -> "MllamaForConditionalGeneration":
+        generator = cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users: MllamaModel(
+            hf_config, state, device, max_batch_size=users, max_seq_len=max_seq_len, optimizations=optimizations))
+        generator.max_cross_attn_tokens = generator.models[0].vision_args.vision_tokens
+        generator.image_token_id = hf_config.image_token_index
+        generator.image_processor = image_processor(checkpoint_dir, hf_config.vision_config)
+        return generator
+
+    def _row_mask(self, row: int, tokens: torch.Tensor, end: int, images: Any, earlier: Any,
+                  cross_row: torch.Tensor, block_size: int, replica: int, kv_cache: Any) -> CrossAttentionMask | None:
+        """The row's mask; with an image, its vision tokens are computed and written to its cross blocks."""
+        images = list(images or [])
+        image_tokens = (tokens[:end] == self.image_token_id).nonzero().flatten().tolist()
+        if len(images) > 1:
+            raise ValueError(f"prefill row {row}: {len(images)} images; Llama 3.2 Vision on TT takes one per request")
+        if not images:
+            if earlier is not None:
+                return earlier
+            if image_tokens:
+                raise ValueError(f"prefill row {row}: {len(image_tokens)} <|image|> tokens but no image")
+            return None
+        if len(image_tokens) != 1:
+            raise ValueError(f"prefill row {row}: one image needs exactly one <|image|> token in the prompt's first "
+                             f"chunk, found {len(image_tokens)}")
+        blocks = -(-self.max_cross_attn_tokens // block_size)
+        if cross_row.shape[0] < blocks:
+            raise ValueError(f"prefill row {row}: an image needs {blocks} cross blocks, cross_page_table has "
+                             f"{cross_row.shape[0]} columns")
+        image = preprocess(self.image_processor, images[0])
+        model = self.models[replica]
+        vision_tokens = model.vision_tokens(image)
+        model.text.fill_cross(vision_tokens, cross_row, kv_cache)
+        return CrossAttentionMask(image_tokens[0], image.num_tiles * model.vision_args.patches,
+                                  self.max_cross_attn_tokens)
+
+    def prefill_forward(self, *, tokens: Any, images: Sequence[Any] | None = None, page_table: Any, kv_cache: Any,
+                        prompt_lens: Any, cross_page_table: Any, sampling_params: Any = None, empty_slots: Any = None,
+                        start_pos: Any = None, enable_trace: bool = False,
+                        cross_attention_masks: Sequence[CrossAttentionMask | None] | None = None,
+                        **kwargs: Any) -> tuple[torch.Tensor, list[Any], list[Any]]:
+        """Logits ``[n, 1, V]`` of each row's last position, and the rows' masks for decode."""
+        tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
+        page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
+        images = [None] * len(rows) if images is None else list(images)
+        earlier = [None] * len(rows) if cross_attention_masks is None else list(cross_attention_masks)
+        if not len(images) == len(earlier) == len(rows):
+            raise ValueError(f"{len(rows)} prefill rows, {len(images)} images entries, {len(earlier)} masks")
+        logits, masks = [], []
+        for row, (start, end, replica) in enumerate(rows):
+            cache = kv_cache[replica]
+            with use(self.devices[replica]):
+                mask = self._row_mask(row, tokens[row], end, images[row], earlier[row], cross_page_table[row],
+                                      cache[0][0].shape[2], replica, cache)
+                logits.append(self.models[replica].text.prefill(tokens[row], start, end, page_table[row],
+                                                                cross_page_table[row], mask, cache))
+            masks.append(mask)
+        return torch.stack(logits)[:, None, :], masks, [decode_text_row(m) for m in masks]
+
+    def decode_forward(self, *, tokens: Any, start_pos: Any, cross_attention_masks: Sequence[Any] | None = None,
+                       full_text_row_masked_out_mask: Sequence[Any] | None = None, page_table: Any, kv_cache: Any,
+                       cross_page_table: Any, enable_trace: bool = False, read_from_device: bool = True,
+                       sampling_params: Any = None, **kwargs: Any) -> Any:
+        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``."""
+        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
+        self.check_decode_batch(tokens, positions, page_table, cross_page_table)
+        masks, text_rows = self._aligned(cross_attention_masks), self._aligned(full_text_row_masked_out_mask)
+        visible = torch.tensor([0 if m is None else m.image_tokens for m in masks])
+        text_rows = torch.tensor([0.0 if t is None else float(t) for t in text_rows])
+        outputs = []
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            rows = self.replica_rows(replica)
+            with use(device):
+                outputs.append(model.text.decode(tokens[rows], positions[rows], page_table[rows],
+                                                 cross_page_table[rows], visible[rows], text_rows[rows],
+                                                 kv_cache[replica]))
+        return self.process_decode_output_host(outputs) if read_from_device else outputs
+
+    def _aligned(self, values: Sequence[Any] | None) -> list[Any]:
+        """A per-row list padded with None to ``max_batch_size`` (TT's V0 runner passed the scheduled rows only)."""
+        values = list(values or [])
+        if len(values) > self.max_batch_size:
+            raise ValueError(f"{len(values)} decode masks for a batch of {self.max_batch_size}")
+        return values + [None] * (self.max_batch_size - len(values))
+
+    def padding_decode_inputs(self, rows: int) -> dict[str, Any]:
+        return {"cross_page_table": torch.zeros(rows, 1, dtype=torch.int32)}
+
+    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
+                             **kwargs: Any) -> None:
+        """Compile the vision encoder and the prefill path. Every block written is ``-1`` (skipped by the fill ops),
+        so the cache is untouched; the cross reads go to block 0 and their results are discarded."""
+        if kv_cache is None:
+            return
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            cache = kv_cache[replica]
+            block_size = cache[0][0].shape[2]
+            cross_blocks = -(-self.max_cross_attn_tokens // block_size)
+            with use(device):
+                args = model.vision_args
+                pixels = torch.zeros(args.max_num_tiles, args.channels, args.image_size, args.image_size)
+                vision_tokens = model.vision_tokens(ImageInput(pixels, aspect_ratio_id=1, num_tiles=1))
+                unwritten = torch.full((cross_blocks,), -1, dtype=torch.int32)
+                model.text.fill_cross(vision_tokens, unwritten, cache)
+                model.text.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
+                                   torch.full((1,), -1, dtype=torch.int32), torch.zeros_like(unwritten),
+                                   CrossAttentionMask(0, args.patches, self.max_cross_attn_tokens), cache)

@@ -1,0 +1,169 @@
+"""Mllama's text model in TT-NN: Llama decoder layers, with gated cross-attention layers over the vision tokens.
+
+The vision tokens of a request are projected to K/V once per cross-attention layer at prefill and written with
+``paged_fill_cache`` into its cross blocks; every read goes through ``cross_page_table`` (see ``masks.py`` for
+which prefix of them each text row attends).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+import torch
+
+from tt_models.models.mllama.masks import CrossAttentionMask
+from tt_models.runtime import ttnn
+from tt_models.tt.cross_attention import CrossAttention, cross_inputs
+from tt_models.tt.decoder import TransformerBlock
+from tt_models.tt.embedding import Embedding
+from tt_models.tt.lm_head import LMHead, last_token_logits
+from tt_models.tt.mlp import MLP
+from tt_models.tt.model_config import DecoderArgs, Precision
+from tt_models.tt.norm import RMSNorm
+from tt_models.tt.paged_inputs import PrefillChunk
+from tt_models.tt.rope import RotarySetup
+from tt_models.tt.weights import as_int_tensor, as_tensor
+
+PREFIX = "model.language_model."
+
+
+def text_precision(optimizations: str | None) -> Precision:
+    """The Llama family's profiles, with the MLP weights in bfloat8_b in both: bfloat4_b MLPs (Llama's
+    "performance") drop the tiny test model's prefill logits PCC against HF to 0.58-0.96, bfloat8_b keeps it
+    >= 0.995 (measured on the host backend)."""
+    return replace(Precision.for_profile(optimizations), mlp_weights=ttnn.bfloat8_b)
+
+
+@dataclass
+class CrossRows:
+    """The cross-attention inputs of one forward's rows, on the device."""
+
+    tables: list[Any]  # per 32 rows: cross page tables
+    last: list[Any]  # per 32 rows: last attended vision token (-1: none)
+    attends: Any  # [1, 1, R, 1]: 1 where the row reads vision tokens
+    text_rows: Any  # [1, 1, R, 1]: HF's full_text_row_masked_out_mask
+
+    @classmethod
+    def of(cls, tables: torch.Tensor, visible: torch.Tensor, text_rows: torch.Tensor, device: Any) -> "CrossRows":
+        """``tables [R, W]``, the vision tokens each row attends ``[R]`` (0: none) and the text-row mask ``[R]``."""
+        tables_dev, last = cross_inputs(tables, visible - 1, device)
+        column = (lambda v: as_tensor(v.float().reshape(1, 1, -1, 1), device))
+        return cls(tables_dev, last, column(visible > 0), column(text_rows))
+
+
+class CrossAttentionBlock:
+    """HF's ``MllamaCrossAttentionDecoderLayer``: ``h = x + tanh(g_attn) * xattn(norm(x))``,
+    ``out = h + tanh(g_mlp) * text_rows * mlp(norm(h))``. It has no self-attention and no self KV."""
+
+    def __init__(self, args: DecoderArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
+                 precision: Precision) -> None:
+        self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
+        self.attention = CrossAttention(args, state, f"{prefix}cross_attn.", device, precision.attention_weights,
+                                        out_proj="o_proj", qk_norm_eps=args.norm_eps)
+        self.attn_gate = math.tanh(float(state[f"{prefix}cross_attn_attn_gate"]))
+        self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
+        self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights)
+        self.mlp_gate = math.tanh(float(state[f"{prefix}cross_attn_mlp_gate"]))
+
+    def forward(self, x: Any, kv_cache: tuple[Any, Any], rows: CrossRows) -> Any:
+        normed = self.attention_norm.forward(x)
+        attn = self.attention.forward(normed, kv_cache, rows.tables, rows.last)
+        ttnn.deallocate(normed)
+        # The SDPA leaves the rows it skips (cur_pos -1) unwritten: select zeros there rather than multiply.
+        attn = ttnn.where(rows.attends, ttnn.multiply(attn, self.attn_gate), 0.0)
+        h = ttnn.add(x, attn)
+        ttnn.deallocate(attn)
+        normed = self.ffn_norm.forward(h)
+        ff = self.feed_forward.forward(normed)
+        ttnn.deallocate(normed)
+        ff = ttnn.multiply(ttnn.multiply(ff, rows.text_rows), self.mlp_gate)
+        out = ttnn.add(h, ff)
+        ttnn.deallocate(h)
+        ttnn.deallocate(ff)
+        return out
+
+
+class MllamaText:
+    def __init__(self, text_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
+                 max_seq_len: int, optimizations: str | None) -> None:
+        self.device = device
+        self.args = args = DecoderArgs.from_hf(text_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        self.precision = precision = text_precision(optimizations)
+        self.embedding = Embedding(state[f"{PREFIX}embed_tokens.weight"], device)
+        self.rope = RotarySetup(text_config, args.head_dim, device, args.decode_rows)
+        cross = set(text_config.cross_attention_layers)
+        self.layers = [CrossAttentionBlock(args, state, f"{PREFIX}layers.{i}.", device, precision) if i in cross
+                       else TransformerBlock(args, state, i, device, precision, layers_prefix=f"{PREFIX}layers.")
+                       for i in range(args.n_layers)]
+        self.n_layers = args.n_layers
+        self.norm = RMSNorm(state[f"{PREFIX}norm.weight"], args.norm_eps, device)
+        self.lm_head = LMHead(state["lm_head.weight"], device, precision.lm_head_weights)
+
+    def fill_cross(self, vision_tokens: Any, cross_row: torch.Tensor, kv_cache: list[list[Any]]) -> None:
+        """Write one request's cross K/V (``vision_tokens [1, 1, S, dim]``) into its cross blocks, every
+        cross-attention layer."""
+        block_size = kv_cache[0][0].shape[2]
+        table = as_int_tensor(cross_row[None, : -(-vision_tokens.shape[2] // block_size)], self.device)
+        for layer, cache in zip(self.layers, kv_cache):
+            if isinstance(layer, CrossAttentionBlock):
+                layer.attention.fill(vision_tokens, cache, table)
+
+    def _layers(self, x: Any, kv_cache: list[list[Any]], cross: CrossRows | None,
+                **attention_kwargs: Any) -> Iterator[Any]:
+        for layer, cache in zip(self.layers, kv_cache):
+            if isinstance(layer, CrossAttentionBlock):
+                if cross is not None:  # no row reads vision tokens: HF skips these layers
+                    x = layer.forward(x, cache, cross)
+            elif "current_pos" in attention_kwargs:
+                x = layer.forward_decode(x, cache, **attention_kwargs)
+            else:
+                x = layer.forward_prefill(x, cache, **attention_kwargs)
+            yield x
+
+    def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor, cross_row: torch.Tensor,
+                mask: CrossAttentionMask | None, kv_cache: list[list[Any]]) -> torch.Tensor:
+        """Positions ``start .. end - 1`` of one request (its vision K/V, if any, already in its cross blocks);
+        the logits of position ``end - 1``."""
+        chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+        for x in self.prefill_layers(tokens, chunk, cross_row, mask, kv_cache):
+            pass
+        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device)
+
+    def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, cross_row: torch.Tensor,
+                       mask: CrossAttentionMask | None, kv_cache: list[list[Any]]) -> Iterator[Any]:
+        """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
+        x = self.embedding.forward(chunk.padded_tokens(tokens))
+        yield x
+        cross = None
+        if mask is not None:
+            positions = torch.arange(chunk.start, chunk.start + chunk.padded)
+            cross = CrossRows.of(cross_row[None].expand(chunk.padded, -1), mask.visible(positions),
+                                 mask.text_rows(positions), self.device)
+        yield from self._layers(x, kv_cache, cross, rot=self.rope.prefill(chunk.start, chunk.padded),
+                                trans_mat=self.rope.trans_mat_prefill,
+                                page_table=as_int_tensor(chunk.read_blocks[None], self.device),
+                                fill_page_table=as_int_tensor(chunk.fill_blocks[None], self.device),
+                                chunk_start=chunk.start)
+
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
+               cross_page_table: torch.Tensor, visible: torch.Tensor, text_rows: torch.Tensor,
+               kv_cache: list[list[Any]]) -> Any:
+        """One token per user (``positions`` ``-1``: padding row), each attending its first ``visible`` vision
+        tokens (0: none); device logits ``[1, 1, 32, V]``."""
+        pad = self.args.decode_rows - tokens.shape[0]
+        tokens = torch.nn.functional.pad(tokens, (0, pad))
+        positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
+        page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
+        visible = torch.where(positions >= 0, torch.nn.functional.pad(visible, (0, pad)), 0)
+        cross = None
+        if bool((visible > 0).any()):
+            cross = CrossRows.of(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)), visible,
+                                 torch.nn.functional.pad(text_rows, (0, pad)), self.device)
+        x = self.embedding.forward(tokens)
+        for x in self._layers(x, kv_cache, cross, rot=self.rope.decode(positions), trans_mat=self.rope.trans_mat_decode,
+                              page_table=as_int_tensor(page_table, self.device),
+                              current_pos=as_int_tensor(positions, self.device)):
+            pass
+        return self.lm_head.forward(self.norm.forward(x))
