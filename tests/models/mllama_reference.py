@@ -8,7 +8,7 @@ from PIL import Image
 from transformers import MllamaConfig, MllamaForConditionalGeneration
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
 
-IMAGE_TOKEN = 300  # inside the tiny vocabulary; HF's real checkpoints use 128256 (vocab_size)
+IMAGE_TOKEN = 320  # = vocab_size, as in the real checkpoints: the LM head can never emit it
 VISION = dict(hidden_size=64, attention_heads=2, intermediate_size=128, num_hidden_layers=3, num_global_layers=2,
               intermediate_layers_indices=[0, 2], vision_output_dim=64 * 3, image_size=56, patch_size=14,
               max_num_tiles=4, norm_eps=1e-5)

@@ -5,7 +5,9 @@ padded to ``max_batch_size`` with token 0, ``start_pos = -1`` and zero page-tabl
 requests join and leave between steps. Blocks come from one shuffled pool. For encoder-decoder models
 (``cross_width`` set) each request also gets cross blocks from that same pool, and the calls carry the
 cross tables (stale tails included), ``encoder_inputs`` (``None`` once a request's cross K/V is cached)
-and ``encoder_lens`` (0 in decode padding rows).
+and ``encoder_lens`` (0 in decode padding rows). Image+text models (``vision``) get ``images`` instead (``None``
+once cached, then the request's masks from its first prefill), return their masks from prefill, and get them
+back at every decode, aligned with the padded rows.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ class Request:
     encoder_input: dict | None = None
     encoder_len: int = 0
     cross_blocks: list[int] = field(default_factory=list)
+    image: object = None  # a PIL image (image+text models)
+    masks: tuple = (None, None)  # (cross_attention_mask, full_text_row_masked_out_mask) from prefill
 
 
 class VllmDriver:
     def __init__(self, model, kv_cache, *, max_batch_size: int, num_blocks: int, block_size: int, width: int,
-                 seed: int = 0, cross_width: int = 0) -> None:
-        self.model, self.kv_cache, self.cross_width = model, kv_cache, cross_width
+                 seed: int = 0, cross_width: int = 0, vision: bool = False) -> None:
+        self.model, self.kv_cache, self.cross_width, self.vision = model, kv_cache, cross_width, vision
         self.max_batch_size, self.block_size, self.width = max_batch_size, block_size, width
         self.rng = random.Random(seed)
         self.free_blocks = list(range(num_blocks))
@@ -77,11 +81,15 @@ class VllmDriver:
         extra = {}
         if self.cross_width:
             encoder_inputs = [None if r.cross_blocks else r.encoder_input for r in requests]
+            images = [[r.image] if r.image is not None and not r.cross_blocks else None for r in requests]
             for r in requests:
                 while len(r.cross_blocks) * self.block_size < r.encoder_len:
                     r.cross_blocks.append(self.free_blocks.pop())
-            extra = dict(cross_page_table=torch.tensor([self._cross_row(r) for r in requests], dtype=torch.int32),
-                         encoder_inputs=encoder_inputs, encoder_lens=np.array([r.encoder_len for r in requests]))
+            extra = dict(cross_page_table=torch.tensor([self._cross_row(r) for r in requests], dtype=torch.int32))
+            if self.vision:
+                extra.update(images=images, cross_attention_masks=[r.masks[0] for r in requests])
+            else:
+                extra.update(encoder_inputs=encoder_inputs, encoder_lens=np.array([r.encoder_len for r in requests]))
         out = self.model.prefill_forward(
             tokens=torch.tensor([self._token_row(r, width) for r in requests], dtype=torch.int32),
             page_table=torch.tensor([self._page_row(r) for r in requests], dtype=torch.int32),
@@ -92,6 +100,11 @@ class VllmDriver:
             empty_slots=[r.slot for r in requests],
             **extra,
         )
+        if self.vision:
+            out, masks, text_rows = out
+            assert len(masks) == len(text_rows) == len(requests)
+            for r, mask, text_row in zip(requests, masks, text_rows):
+                r.masks = (mask, text_row)
         for r in requests:
             r.computed = len(r.tokens)
         assert out.shape[:2] == (len(requests), 1)
@@ -114,6 +127,10 @@ class VllmDriver:
                     cross_table[slot] = torch.tensor(self._cross_row(r))
                     encoder_lens[slot] = r.encoder_len
         extra = dict(cross_page_table=cross_table, encoder_lens=encoder_lens) if self.cross_width else {}
+        if self.vision:
+            masks = [(None, None) if r is None else r.masks for r in self.slots]
+            extra = dict(cross_page_table=cross_table, cross_attention_masks=[m[0] for m in masks],
+                         full_text_row_masked_out_mask=[m[1] for m in masks])
         raw = self.model.decode_forward(tokens=tokens, start_pos=start_pos, page_table=page_table,
                                         kv_cache=self.kv_cache, enable_trace=False, read_from_device=False, **extra)
         out = self.model.process_decode_output_host(raw, is_tokens=False)
