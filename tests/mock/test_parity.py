@@ -2,10 +2,12 @@
 
 Every case in :mod:`tests.mock.cases` runs with the same arguments on both: the outputs must agree in
 shape, padded shape, dtype, layout and memory config (values are not compared: the mock device reads
-back zeros), and every invalid call must raise ``RuntimeError`` on both.
+back zeros), and every invalid call must be rejected on both by the check the case names: the host with a
+``TTFatal`` naming the op and the condition, the real ttnn with a ``TT_FATAL`` on that condition.
 """
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ import ttnn
 
 from tests.mock import cases, mesh_parity
 from tt_models.runtime import close_device, host, open_device
+from tt_models.runtime.host.errors import TTFatal
 
 pytestmark = pytest.mark.mock
 
@@ -30,10 +33,19 @@ def test_outputs_match(case, mock_device, host_device):
 @pytest.mark.parametrize("backend", ["mock", "host"])
 @pytest.mark.parametrize("case", cases.INVALID, ids=lambda c: c.__name__)
 def test_invalid_call_raises(case, backend, request):
+    """Rejected by the check the case names: any other error (torch's own shape errors are RuntimeErrors too)
+    would let a missing or misplaced check pass unnoticed."""
+    expected = case.rejection
     api = ttnn if backend == "mock" else host
     call = case(api, request.getfixturevalue(f"{backend}_device"))  # building the inputs must work
-    with pytest.raises(RuntimeError):
-        call()
+    if backend == "host":
+        with pytest.raises(TTFatal, match=rf"^{re.escape(expected.op)}: {expected.host}") as raised:
+            call()
+        assert type(raised.value) is TTFatal
+    else:
+        with pytest.raises(RuntimeError, match=r"^TT_(FATAL|THROW) @ ") as raised:
+            call()
+        assert expected.real in str(raised.value).split("\nbacktrace:")[0]
 
 
 @pytest.fixture(scope="module")

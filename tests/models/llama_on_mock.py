@@ -1,7 +1,7 @@
 """Run a Llama-family generator's prefill and decode paths on the mock device (real ttnn validation).
 
-``python -m tests.models.llama_on_mock CHECKPOINT_DIR BOARD TT_DATA_PARALLEL`` (one board per process:
-the mock cluster is a process singleton). Prints one ``ok`` line with the output shapes.
+``python -m tests.models.llama_on_mock CHECKPOINT_DIR BOARD TT_DATA_PARALLEL [OPTIMIZATIONS]`` (one board per
+process: the mock cluster is a process singleton). Prints one ``ok`` line with the output shapes.
 """
 
 import sys
@@ -16,10 +16,11 @@ from tt_models.runtime import close_device, open_device
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 16, 4
 
 
-def run(device, checkpoint: str, data_parallel: int) -> list[tuple[int, ...]]:
+def run(device, checkpoint: str, data_parallel: int, optimizations: str = "performance") -> list[tuple[int, ...]]:
+    """Warm up, prefill two rows (one from a cached prefix) and decode a padded batch; the output shapes."""
     config = AutoConfig.from_pretrained(checkpoint)
     model = LlamaForCausalLM.initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
-                                                   tt_data_parallel=data_parallel, optimizations="performance")
+                                                   tt_data_parallel=data_parallel, optimizations=optimizations)
     args = model.models[0].args
     kv = model.allocate_kv_cache((NUM_BLOCKS, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False, can_sample_on_device=False)
@@ -42,6 +43,6 @@ def run(device, checkpoint: str, data_parallel: int) -> list[tuple[int, ...]]:
 if __name__ == "__main__":
     checkpoint, board, data_parallel = sys.argv[1], sys.argv[2], int(sys.argv[3])
     device = open_device("mock", board=board)
-    shapes = run(device, checkpoint, data_parallel)
+    shapes = run(device, checkpoint, data_parallel, *sys.argv[4:5])
     close_device(device)
     print("ok", shapes)

@@ -1,20 +1,23 @@
-"""Whisper and BART encoder, prefill and decode paths on the mock device (the real ttnn validates every
-call; values read back are zeros there, so only shapes are checked)."""
+"""Whisper (English-only and multilingual), BART and MBart encoder, prefill and decode paths on the mock device,
+in both optimization profiles (all bf16, or all bfloat8_b weights and KV cache): the real ttnn validates every
+call; values read back are zeros there, so only shapes are checked."""
 
 import pytest
 import torch
 
 from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
+from tt_models.tt.model_config import PROFILES
 
 pytestmark = pytest.mark.mock
 MAX_BATCH, BLOCK = 4, 32
 
 
-@pytest.mark.parametrize("name", ["whisper-en", "bart"])
-def test_encoder_prefill_and_decode_on_mock(mock_device, name):
+@pytest.mark.parametrize("optimizations", PROFILES)
+@pytest.mark.parametrize("name", CASES)
+def test_encoder_prefill_and_decode_on_mock(mock_device, name, optimizations):
     hf = tiny_seq2seq(name)
     model = CASES[name][2].from_state_dict(hf.config, hf.state_dict(), mock_device, MAX_BATCH,
-                                           optimizations="performance")
+                                           optimizations=optimizations)
     replica = model.models[0]
     kv = model.allocate_kv_cache((24, hf.config.decoder_attention_heads, BLOCK, replica.args.head_dim),
                                  torch.bfloat16, replica.n_layers)

@@ -123,9 +123,13 @@ def scaled_dot_product_attention(input_tensor_q: Tensor, input_tensor_k: Tensor,
     if attn_mask is not None:
         m = attn_mask
         check(m.layout == Layout.TILE and m.dtype in SDPA_DTYPES, op, "attn_mask must be TILE BF16/BFP8_B/BFP4_B")
-        check(len(m.shape) == 4 and m.shape[0] in (1, batch) and m.shape[1] in (1, heads)
-              and tuple(m.shape[2:]) == (sq, sk), op,
-              f"attn_mask must be [{batch}|1, {heads}|1, {sq}, {sk}], got {list(m.shape)}")
+        check(len(m.shape) == 4, op, f"attn_mask must be 4D, got {list(m.shape)}")
+        check(m.shape[0] in (1, batch), op,
+              "Mask batch dim must either be 1 (to be broadcasted across all batches) or must match Q batch dimension")
+        check(m.shape[1] in (1, heads), op,
+              "Mask num_heads must either be 1 (to be broadcasted across all heads) or must match Q heads dimension")
+        check(m.shape[2] == sq, op, f"Mask sequence length must match Q sequence length, got {m.shape[2]} and {sq}")
+        check(m.shape[3] == sk, op, f"Mask sequence length must match K sequence length, got {m.shape[3]} and {sk}")
         bias = m.float()
     keep = None
     if sliding_window_size is not None:
@@ -406,14 +410,16 @@ def paged_scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tens
     k, v = (_cache_view(c, paged_cache_geometry, dim, op) for c in (input_tensor_k, input_tensor_v))
     check(k.shape[2] == v.shape[2], op, "K and V must have same block size")
     check(k.shape[3] == v.shape[3] == dim, op, "Q, K, V must have same hidden size")
+    if is_causal:
+        check(attn_mask is None, op, "Must not have attn_mask tensor for causal attention")
+        check(cur_pos_tensor is not None, op, "Must have cur_pos tensor for paged attention in causal mode")
+        # As the real op: cur_pos is checked before the page table, against the page table's rows (its B).
+        pos = _check_cur_pos(cur_pos_tensor, page_table_tensor.shape[0], op)
     table = check_page_table(page_table_tensor, op, batch)
     bs, slots = k.shape[2], table.shape[1] * k.shape[2]
     chunk = _decode_chunk(slots, program_config, True, op)
     bias = None
     if is_causal:
-        check(attn_mask is None, op, "Must not have attn_mask tensor for causal attention")
-        check(cur_pos_tensor is not None, op, "Must have cur_pos tensor for paged attention in causal mode")
-        pos = _check_cur_pos(cur_pos_tensor, batch, op)
         if cache_position_modulo is None:
             check(bool((pos < slots).all()), op, f"cur_pos must be < the page table's {slots} positions")
             length = -(-(int(pos.max()) + 1) // bs) * bs if bool((pos >= 0).any()) else bs
@@ -423,11 +429,11 @@ def paged_scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tens
     else:
         if sliding_window_size is not None or cache_position_modulo is not None:
             raise unsupported(op, "sliding_window_size / cache_position_modulo with is_causal=False")
+        bias = _decode_bias(attn_mask, batch, heads, slots, chunk, op)  # the real op checks the mask first
         check(chunk > 0, op, "Must provide k_chunk_size if paged and non-causal!")
         check(slots % chunk == 0, op, f"K sequence length must be multiple of chunk size, got: {slots} and {chunk}")
         pos, length = torch.zeros(batch, dtype=torch.int64), slots
         keep = torch.ones(batch, slots, dtype=torch.bool)
-        bias = _decode_bias(attn_mask, batch, heads, slots, chunk, op)
     # Read only the blocks holding visible keys: others may be unallocated (-1) or belong to other users.
     need = keep.reshape(batch, -1, bs).any(-1)
     blocks = table[:, :need.shape[1]]
