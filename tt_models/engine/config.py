@@ -22,8 +22,36 @@ class KVShape:
         return 2 * self.num_layers * self.num_kv_heads * block_size * self.head_dim * _BYTES_PER_KV_ELEMENT
 
 
+def is_image_text(hf_config: PretrainedConfig) -> bool:
+    """A vision encoder feeding a text decoder's cross-attention (Llama 3.2 Vision)."""
+    return getattr(hf_config, "vision_config", None) is not None and hasattr(hf_config, "text_config")
+
+
+def uses_cross_attention(hf_config: PretrainedConfig) -> bool:
+    """Whether requests may hold cross blocks: encoder-decoder models, and image+text models (image requests)."""
+    return bool(getattr(hf_config, "is_encoder_decoder", False)) or is_image_text(hf_config)
+
+
+def decoder_config(hf_config: PretrainedConfig) -> PretrainedConfig:
+    """The config of the model that generates: an image+text model's text model."""
+    return hf_config.text_config if is_image_text(hf_config) else hf_config
+
+
+def max_encoder_len(hf_config: PretrainedConfig) -> int:
+    """Cross-attention positions of one request at most (0: decoder-only)."""
+    if is_image_text(hf_config):
+        vision = hf_config.vision_config
+        return vision.max_num_tiles * ((vision.image_size // vision.patch_size) ** 2 + 1)
+    if not getattr(hf_config, "is_encoder_decoder", False):
+        return 0
+    if hf_config.model_type == "whisper":
+        return hf_config.max_source_positions
+    return hf_config.max_position_embeddings
+
+
 def kv_shape(hf_config: PretrainedConfig) -> KVShape:
     """Decoder self-attention K/V geometry (cross blocks have the same shape: one pool holds both)."""
+    hf_config = decoder_config(hf_config)
     if getattr(hf_config, "is_encoder_decoder", False):
         heads = hf_config.decoder_attention_heads
         return KVShape(hf_config.decoder_layers, heads, hf_config.d_model // heads)
@@ -34,6 +62,7 @@ def kv_shape(hf_config: PretrainedConfig) -> KVShape:
 
 def model_max_len(hf_config: PretrainedConfig) -> int:
     """The decoder's own context limit."""
+    hf_config = decoder_config(hf_config)
     if hf_config.model_type == "whisper":
         return hf_config.max_target_positions
     return hf_config.max_position_embeddings

@@ -68,16 +68,18 @@ class InputBatch:
 
     ``max_blocks_per_seq`` is the page-table width the model receives (see :func:`page_table_width`);
     ``max_cross_blocks > 0`` makes this an encoder-decoder batch, in which every request owns cross
-    blocks holding its encoder's K/V.
+    blocks holding its encoder's K/V; with ``cross_optional`` (image+text models) a request may have none
+    (a text-only request: no cross blocks, ``encoder_len = 0``).
     """
 
     def __init__(self, max_num_seqs: int, max_model_len: int, block_size: int, max_blocks_per_seq: int,
-                 max_cross_blocks: int = 0) -> None:
+                 max_cross_blocks: int = 0, cross_optional: bool = False) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.max_blocks_per_seq = max_blocks_per_seq
         self.max_cross_blocks = max_cross_blocks
+        self.cross_optional = cross_optional
         self.token_ids = np.zeros((max_num_seqs, max_model_len), dtype=np.int32)
         self.num_tokens = np.zeros(max_num_seqs, dtype=np.int32)
         self.num_computed_tokens = np.zeros(max_num_seqs, dtype=np.int32)
@@ -277,6 +279,8 @@ class InputBatch:
         if not self.is_encoder_decoder:
             if cross_block_ids is not None or encoder_len:
                 raise ValueError(f"request {req_id!r}: cross blocks or encoder_len in a decoder-only batch")
+            return
+        if self.cross_optional and not cross_block_ids and encoder_len == 0:
             return
         if cross_block_ids is None or not 0 < encoder_len:
             raise ValueError(f"request {req_id!r}: an encoder-decoder request needs cross blocks and encoder_len > 0")

@@ -19,6 +19,11 @@ formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``, ``vllm/model_executor/mode
   ``<|notimestamps|>``, the language and task tokens only for multilingual models (language ``en`` and
   task ``transcribe`` unless ``process`` or the generation config says otherwise, as openai-whisper's
   ``decode`` does: there is no language detection here).
+- Llama 3.2 Vision (image+text): a singleton prompt whose text (or token ids) holds one ``<|image|>`` token per
+  image in ``multi_modal_data={"image": PIL.Image or [PIL.Image]}`` (at most one; none: a text-only request).
+  Text is tokenized as HF's ``MllamaProcessor`` does it: ``<|begin_of_text|>`` added after the leading image
+  tokens unless the text has it (a chat template's output does). The image is the request's encoder input;
+  its cross blocks hold ``max_num_tiles * patches`` vision tokens.
 
 Every problem with a request raises ``ValueError`` naming it, so the engine can fail that request alone.
 """
@@ -34,10 +39,14 @@ import numpy as np
 import soxr
 import torch
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase, WhisperFeatureExtractor
+from PIL import Image
+from transformers.models.mllama.processing_mllama import build_string_from_input
 from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
 from typing_extensions import NotRequired, TypedDict
 
 from tt_models.audio import load_audio
+from tt_models.engine.config import decoder_config, is_image_text
+from tt_models.engine.config import max_encoder_len as model_max_encoder_len
 
 
 class TextPrompt(TypedDict):
@@ -124,9 +133,13 @@ class InputProcessor:
         max_encoder_len: int | None = None,
     ) -> None:
         self.hf_config, self.tokenizer, self.max_model_len = hf_config, tokenizer, max_model_len
-        self.vocab_size: int = hf_config.vocab_size
+        self.vocab_size: int = decoder_config(hf_config).vocab_size
         self.is_whisper = hf_config.model_type == "whisper"
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+        self.image_token_id: int | None = None
+        if is_image_text(hf_config):
+            self.image_token_id = hf_config.image_token_index
+            self.max_encoder_len = model_max_encoder_len(hf_config)
         if not self.is_encoder_decoder:
             return
         # vLLM's get_dec_start_token_id: <BOS> when the config names no decoder start token.
@@ -166,6 +179,8 @@ class InputProcessor:
             return self._process_whisper(prompt, language, task, previous_text)
         if self.is_encoder_decoder:
             return self._process_encoder_decoder(prompt)
+        if self.image_token_id is not None:
+            return self._process_image_text(prompt)
         if _is_explicit(prompt):
             raise ValueError(f"ExplicitEncoderDecoderPrompt is for encoder-decoder models; "
                              f"{self.hf_config.model_type} is decoder-only")
@@ -191,6 +206,29 @@ class InputProcessor:
         self._check_decoder_len(decoder_ids, "decoder prompt")
         encoder_input = {"input_ids": torch.tensor(encoder_ids, dtype=torch.long)}
         return ProcessedInputs(decoder_ids, decoder_text, encoder_ids, encoder.text, encoder_input, len(encoder_ids))
+
+    def _process_image_text(self, prompt: PromptType) -> ProcessedInputs:
+        if _is_explicit(prompt):
+            raise ValueError(f"{self.hf_config.model_type} takes a prompt with <|image|> tokens and "
+                             "multi_modal_data={'image': ...}, not an ExplicitEncoderDecoderPrompt")
+        parsed = _parse_singleton(prompt, "prompt")
+        images = _images(parsed.multi_modal_data, self.hf_config.model_type)
+        if parsed.token_ids is None and parsed.text and self.tokenizer is not None:
+            image_token = self.tokenizer.convert_ids_to_tokens(self.image_token_id)
+            parsed = _Singleton(build_string_from_input(parsed.text, self.tokenizer.bos_token, image_token),
+                                None, parsed.multi_modal_data)
+            token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=False)
+        else:
+            token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=True)
+        count = token_ids.count(self.image_token_id)
+        if count != len(images):
+            raise ValueError(f"The prompt has {count} <|image|> tokens for {len(images)} images: give one "
+                             "<|image|> token per image")
+        self._check_decoder_len(token_ids, "prompt")
+        if not images:
+            return ProcessedInputs(token_ids, parsed.text)
+        return ProcessedInputs(token_ids, parsed.text, encoder_input={"image": images[0]},
+                               encoder_len=self.max_encoder_len)
 
     def _process_whisper(self, prompt: PromptType, language: str | None, task: str | None,
                          previous_text: str | None) -> ProcessedInputs:
@@ -227,7 +265,7 @@ class InputProcessor:
             raise ValueError(f"The model has no tokenizer: give the {what} as token ids")
         else:
             token_ids = list(self.tokenizer.encode(parsed.text, add_special_tokens=add_special_tokens))
-        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size and t != self.image_token_id]
         if bad:
             raise ValueError(f"Token id {bad[0]} in the {what} is out of vocabulary: the model's token ids are "
                              f"0 to {self.vocab_size - 1}")
@@ -341,6 +379,24 @@ class InputProcessor:
         if source_rate != rate:  # as tt_models.audio.load_audio resamples
             samples = soxr.resample(samples, source_rate, rate, quality="HQ")
         return samples
+
+
+def _images(multi_modal_data: Mapping[str, Any] | None, model_type: str) -> list[Image.Image]:
+    """The request's images (vLLM's ``{"image": image or [images]}``): at most one, each a PIL image."""
+    if not multi_modal_data:
+        return []
+    others = sorted(set(multi_modal_data) - {"image"})
+    if others:
+        raise ValueError(f"{model_type} takes only images; unsupported multi-modal data: {others}")
+    images = multi_modal_data["image"]
+    images = list(images) if isinstance(images, (list, tuple)) else [images]
+    if len(images) > 1:
+        raise ValueError(f"{model_type} on TT takes one image per request, got {len(images)}")
+    for image in images:
+        if not isinstance(image, Image.Image):
+            raise ValueError(f"Not an image: multi_modal_data['image'] must be a PIL.Image.Image, "
+                             f"got {type(image).__name__}")
+    return images
 
 
 def _language_token(language: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
-from tt_models.engine.config import EngineConfig
+from tt_models.engine.config import EngineConfig, max_encoder_len
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import InputProcessor, PromptType
 from tt_models.engine.model_runner import ModelRunner
@@ -42,11 +42,7 @@ class LLMEngine:
         self.checkpoint = checkpoint
         self.tokenizer = checkpoint.tokenizer
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
-        max_encoder_len = 0
-        if self.is_encoder_decoder:
-            max_encoder_len = (hf_config.max_source_positions if hf_config.model_type == "whisper"
-                               else hf_config.max_position_embeddings)
-        self.config = config.resolve(hf_config, max_encoder_len)
+        self.config = config.resolve(hf_config, max_encoder_len(hf_config))
         self.processor = InputProcessor(hf_config, self.tokenizer, processor=checkpoint.processor,
                                         generation_config=checkpoint.generation_config,
                                         max_model_len=self.config.max_model_len)

@@ -18,7 +18,7 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from tt_models.checkpoints import Checkpoint
-from tt_models.engine.config import EngineConfig, kv_shape
+from tt_models.engine.config import EngineConfig, decoder_config, is_image_text, kv_shape, uses_cross_attention
 from tt_models.engine.input_batch import InputBatch, page_table_width
 from tt_models.engine.request import Sequence
 from tt_models.engine.scheduler import SchedulerOutput
@@ -29,11 +29,12 @@ def generator_classes() -> dict[str, type]:
     """The generator class of each HF architecture (those ``generator_vllm.py`` exports to TT vLLM)."""
     from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
     from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+    from tt_models.models.mllama.generator import MllamaForConditionalGeneration
     from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
     return {cls.__name__: cls for cls in (BartForConditionalGeneration, MBartForConditionalGeneration,
-                                          LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-                                          WhisperForConditionalGeneration)}
+                                          LlamaForCausalLM, MistralForCausalLM, MllamaForConditionalGeneration,
+                                          Qwen2ForCausalLM, WhisperForConditionalGeneration)}
 
 
 def generator_class(hf_config: Any) -> type:
@@ -58,8 +59,9 @@ class ModelRunner:
         of building the checkpoint's class (tests and benchmarks of the engine alone pass one that does no work)."""
         hf_config = checkpoint.config
         self.config = config
-        self.vocab_size: int = hf_config.vocab_size
-        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+        self.vocab_size: int = decoder_config(hf_config).vocab_size
+        self.uses_cross = uses_cross_attention(hf_config)
+        self.image_text = is_image_text(hf_config)
         self.device = None
         if generator is None:
             self.device = open_device(backend)
@@ -71,10 +73,10 @@ class ModelRunner:
         self.kv_cache = self.model.allocate_kv_cache(
             (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
             shape.num_layers)
-        max_cross = -(-self.model.max_cross_attn_tokens // config.block_size) if self.is_encoder_decoder else 0
+        max_cross = -(-self.model.max_cross_attn_tokens // config.block_size) if self.uses_cross else 0
         self.batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size,
                                 page_table_width(config.max_model_len, config.block_size, config.num_kv_blocks),
-                                max_cross_blocks=max_cross)
+                                max_cross_blocks=max_cross, cross_optional=self.image_text)
         self._host_kv: dict[int, list[torch.Tensor]] = {}  # swapped-out blocks by host block id
 
     def close(self) -> None:
@@ -98,7 +100,7 @@ class ModelRunner:
         """Put the sequence in a row if it has none, and bring its row's block table up to date: the table
         only grows, except that a copy-on-write replaces its last block (compared in O(1))."""
         if seq.key not in self.batch.row_of:
-            cross = kv.cross_table(seq.request.request_id) if self.is_encoder_decoder else None
+            cross = kv.cross_table(seq.request.request_id) if self.uses_cross else None
             self.batch.add_request(seq.key, seq.token_ids, kv.self_table(seq.seq_id), cross_block_ids=cross,
                                    encoder_len=seq.request.encoder_len, num_computed_tokens=seq.num_computed)
             return
@@ -119,18 +121,40 @@ class ModelRunner:
         step = self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
         if out.is_prefill:
             encoder_inputs = None
-            if self.is_encoder_decoder:
+            if self.uses_cross:
                 encoder_inputs = [None if seq.request.encoder_cached else seq.request.inputs.encoder_input
                                   for seq, _ in out.scheduled]
-            logits = self.model.prefill_forward(**self.batch.prefill_kwargs(step, encoder_inputs),
-                                                kv_cache=self.kv_cache)[:, 0]
+            kwargs = self.batch.prefill_kwargs(step, encoder_inputs)
+            if self.image_text:
+                logits = self._prefill_image_text(kwargs, [seq.request for seq, _ in out.scheduled])
+            else:
+                logits = self.model.prefill_forward(**kwargs, kv_cache=self.kv_cache)
+            logits = logits[:, 0]
         else:
-            tt_out = self.model.decode_forward(**self.batch.decode_kwargs(step), kv_cache=self.kv_cache,
-                                               read_from_device=False)
+            kwargs = self.batch.decode_kwargs(step)
+            if self.image_text:
+                masks = [(None, None)] * self.config.max_num_seqs
+                for seq, _ in out.scheduled:
+                    masks[self.batch.row_of[seq.key]] = seq.request.vision_masks
+                kwargs.update(cross_attention_masks=[m[0] for m in masks],
+                              full_text_row_masked_out_mask=[m[1] for m in masks])
+            tt_out = self.model.decode_forward(**kwargs, kv_cache=self.kv_cache, read_from_device=False)
             logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))
             logits = logits[torch.from_numpy(step.rows).long(), 0]
         self.batch.advance(step)
         return logits[:, : self.vocab_size].float()
+
+    def _prefill_image_text(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
+        """The image+text contract: ``images`` instead of encoder inputs (None once a request's vision K/V is in
+        its cross blocks, which its masks from that prefill then stand for); the masks it returns are kept."""
+        encoder_inputs = kwargs.pop("encoder_inputs")
+        kwargs.pop("encoder_lens")
+        logits, masks, text_rows = self.model.prefill_forward(
+            **kwargs, images=[None if e is None else [e["image"]] for e in encoder_inputs],
+            cross_attention_masks=[r.vision_masks[0] for r in requests], kv_cache=self.kv_cache)
+        for request, mask, text_row in zip(requests, masks, text_rows):
+            request.vision_masks = (mask, text_row)
+        return logits
 
     def execute_swaps(self, out: SchedulerOutput) -> None:
         """Swap-outs first: their device blocks may be the ones a swap-in or this step writes next."""

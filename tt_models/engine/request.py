@@ -96,6 +96,9 @@ class Request:
         self.status = RequestStatus.WAITING
         self.seqs: list[Sequence] = []
         self.encoder_cached = False  # its cross K/V is in its cross blocks
+        # Image+text models: (cross_attention_mask, full_text_row_masked_out_mask) from the prefill that wrote its
+        # cross K/V, handed back at every later step (see tt_models/models/mllama/generator.py).
+        self.vision_masks: tuple[object, object] = (None, None)
         self.metrics = RequestMetrics(arrival_time)
         # No sequence may outgrow the model's context, whatever max_tokens says.
         room = max_model_len - len(inputs.prompt_token_ids)

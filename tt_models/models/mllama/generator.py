@@ -6,13 +6,16 @@
   a list of ``PIL.Image.Image`` for row ``i`` (at most one; empty or None: text only). Returns ``(logits,
   cross_attention_masks, full_text_row_masked_out_mask)``, the last two with one object per row that the caller
   keeps per request and hands back at every decode (and, as tt-models' extension, to a later prefill chunk of the
-  same request, whose ``images[i]`` is then None: its vision K/V is already in its cross blocks).
+  same request, whose ``images[i]`` is then None: its vision K/V is already in its cross blocks; each prefill
+  returns the request's up-to-date mask). ``tokens[i, :prompt_lens[i]]`` must hold the prompt from position 0
+  (as TT vLLM passes it): the ``<|image|>`` token's position is read from it.
 - ``decode_forward(*, tokens, start_pos, cross_attention_masks, full_text_row_masked_out_mask, page_table,
   kv_cache, cross_page_table, ...)``: the mask lists aligned with the padded decode rows (None: no image).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
@@ -54,22 +57,28 @@ class MllamaForConditionalGeneration(Generator):
         generator.image_processor = image_processor(checkpoint_dir, hf_config.vision_config)
         return generator
 
+    def _image_position(self, row: int, tokens: torch.Tensor, end: int) -> int:
+        """Where the row's ``<|image|>`` token is; ``end`` while a chunked prefill has not reached it (the rows so
+        far then attend as HF's rows before the image token do)."""
+        found = (tokens[:end] == self.image_token_id).nonzero().flatten().tolist()
+        if len(found) > 1:
+            raise ValueError(f"prefill row {row}: {len(found)} <|image|> tokens; Llama 3.2 Vision on TT takes one "
+                             "image, so one token, per request")
+        return found[0] if found else end
+
     def _row_mask(self, row: int, tokens: torch.Tensor, end: int, images: Any, earlier: Any,
                   cross_row: torch.Tensor, block_size: int, replica: int, kv_cache: Any) -> CrossAttentionMask | None:
         """The row's mask; with an image, its vision tokens are computed and written to its cross blocks."""
         images = list(images or [])
-        image_tokens = (tokens[:end] == self.image_token_id).nonzero().flatten().tolist()
         if len(images) > 1:
             raise ValueError(f"prefill row {row}: {len(images)} images; Llama 3.2 Vision on TT takes one per request")
+        image_position = self._image_position(row, tokens, end)
         if not images:
             if earlier is not None:
-                return earlier
-            if image_tokens:
-                raise ValueError(f"prefill row {row}: {len(image_tokens)} <|image|> tokens but no image")
+                return replace(earlier, image_position=image_position)
+            if image_position < end:
+                raise ValueError(f"prefill row {row}: an <|image|> token but no image")
             return None
-        if len(image_tokens) != 1:
-            raise ValueError(f"prefill row {row}: one image needs exactly one <|image|> token in the prompt's first "
-                             f"chunk, found {len(image_tokens)}")
         blocks = -(-self.max_cross_attn_tokens // block_size)
         if cross_row.shape[0] < blocks:
             raise ValueError(f"prefill row {row}: an image needs {blocks} cross blocks, cross_page_table has "
@@ -78,7 +87,7 @@ class MllamaForConditionalGeneration(Generator):
         model = self.models[replica]
         vision_tokens = model.vision_tokens(image)
         model.text.fill_cross(vision_tokens, cross_row, kv_cache)
-        return CrossAttentionMask(image_tokens[0], image.num_tiles * model.vision_args.patches,
+        return CrossAttentionMask(image_position, image.num_tiles * model.vision_args.patches,
                                   self.max_cross_attn_tokens)
 
     def prefill_forward(self, *, tokens: Any, images: Sequence[Any] | None = None, page_table: Any, kv_cache: Any,
