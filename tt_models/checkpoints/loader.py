@@ -71,7 +71,7 @@ class Checkpoint:
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
     ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
     image processor of Llama 3.2 Vision directories with a ``preprocessor_config.json``; None otherwise.
-    ``generation_config`` is set for CTranslate2 Whisper only.
+    ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
     """
 
     config: PretrainedConfig
@@ -129,7 +129,11 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
     weights = _model_class(config).from_pretrained(directory, config=config, dtype=dtype, local_files_only=True)
     has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True) if has_tokenizer else None
-    return Checkpoint(config, weights.state_dict(), tokenizer, directory, processor=_image_processor(directory, config))
+    generation_config = None
+    if (directory / "generation_config.json").is_file():  # e.g. Llama 3 instruct's several eos ids
+        generation_config = GenerationConfig.from_pretrained(directory, local_files_only=True)
+    return Checkpoint(config, weights.state_dict(), tokenizer, directory, processor=_image_processor(directory, config),
+                      generation_config=generation_config)
 
 
 def _image_processor(directory: Path, config: PretrainedConfig) -> BaseImageProcessor | None:

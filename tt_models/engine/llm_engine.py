@@ -7,6 +7,7 @@ sequences and requests at once; ``abort_request`` ends a request wherever it is.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
-from tt_models.engine.config import EngineConfig, max_encoder_len
+from tt_models.engine.config import EngineConfig, decoder_config, max_encoder_len
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import InputProcessor, PromptType
 from tt_models.engine.model_runner import ModelRunner
@@ -24,15 +25,14 @@ from tt_models.engine.sampling import LogitsRules, Sampler, SamplingParams
 from tt_models.engine.scheduler import Scheduler, SchedulerOutput
 
 
-def _eos_token_id(checkpoint: Checkpoint) -> int | None:
-    """The token that ends generation: the generation config's, else the model config's (the first of a list)."""
-    for source in (checkpoint.generation_config, checkpoint.config):
+def _eos_token_ids(checkpoint: Checkpoint) -> list[int]:
+    """The ids that end generation, "the" eos first: the generation config's, else the (text) model config's.
+    Llama 3 instruct models list several (``<|end_of_text|>``, ``<|eom_id|>``, ``<|eot_id|>``)."""
+    for source in (checkpoint.generation_config, decoder_config(checkpoint.config)):
         eos = getattr(source, "eos_token_id", None)
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0] if eos else None
         if eos is not None:
-            return int(eos)
-    return None
+            return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    return []
 
 
 class LLMEngine:
@@ -46,7 +46,9 @@ class LLMEngine:
         self.processor = InputProcessor(hf_config, self.tokenizer, processor=checkpoint.processor,
                                         generation_config=checkpoint.generation_config,
                                         max_model_len=self.config.max_model_len)
-        self.eos_token_id = _eos_token_id(checkpoint)
+        eos_ids = _eos_token_ids(checkpoint)
+        self.eos_token_id = eos_ids[0] if eos_ids else None
+        self.other_eos_ids = eos_ids[1:]  # stop tokens of every request, as vLLM adds them
         rules = (LogitsRules.from_generation_config(checkpoint.generation_config)
                  if checkpoint.generation_config is not None else None)
         self.sampler = Sampler(rules)
@@ -76,6 +78,9 @@ class LLMEngine:
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        extra_stops = [t for t in self.other_eos_ids if t not in params.stop_token_ids]
+        if extra_stops and not params.ignore_eos:  # vLLM's update_from_generation_config
+            params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_stops])
         inputs = self.processor.process(prompt, language=language, task=task, previous_text=previous_text)
         request = Request(request_id, inputs, params, time.monotonic() if arrival_time is None else arrival_time,
                           self.eos_token_id, self.config.max_model_len)
