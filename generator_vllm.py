@@ -1,11 +1,13 @@
 """The generator classes TT vLLM loads (``TT<HFArch>`` -> ``generator_vllm:<Class>``).
 
 Each class is named after the HF architecture it serves and implements the TT vLLM model contract;
-the encoder-decoder classes implement its cross-attention extension (see the README).
+the encoder-decoder classes implement its cross-attention extension, and Llama 3.2 Vision the design's
+image+text contract (see the README).
 """
 
 from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
 __all__ = [
@@ -13,6 +15,7 @@ __all__ = [
     "LlamaForCausalLM",
     "MBartForConditionalGeneration",
     "MistralForCausalLM",
+    "MllamaForConditionalGeneration",
     "Qwen2ForCausalLM",
     "WhisperForConditionalGeneration",
 ]
