@@ -49,8 +49,12 @@ class CrossRows:
     def of(cls, tables: torch.Tensor, visible: torch.Tensor, text_rows: torch.Tensor, device: Any) -> "CrossRows":
         """``tables [R, W]``, the vision tokens each row attends ``[R]`` (0: none) and the text-row mask ``[R]``."""
         tables_dev, last = cross_inputs(tables, visible - 1, device)
-        column = (lambda v: as_tensor(v.float().reshape(1, 1, -1, 1), device))
-        return cls(tables_dev, last, column(visible > 0), column(text_rows))
+        return cls(tables_dev, last, _row_values(visible > 0, device), _row_values(text_rows, device))
+
+
+def _row_values(values: torch.Tensor, device: Any) -> Any:
+    """One value per row as ``[1, 1, R, 1]``, broadcast over the hidden dim."""
+    return as_tensor(values.float().reshape(1, 1, -1, 1), device)
 
 
 class CrossAttentionBlock:
