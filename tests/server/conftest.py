@@ -1,6 +1,9 @@
 """One real server for the session: SmolLM2-135M-Instruct, a tiny random BART and Whisper tiny.en on the host
 backend, each engine loaded once. The expected outputs are the offline engine's, computed on those engines
-before the server takes them over."""
+before the server takes them over.
+
+A second server, only for the image tests, serves a tiny random Llama 3.2 Vision; its expected outputs come from
+a second engine on the same checkpoint, and its image URLs from a local HTTP server."""
 
 from __future__ import annotations
 
@@ -10,9 +13,13 @@ import httpx
 import openai
 import pytest
 
+from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
 from tests.server.cases import (BART, BART_EXPLICIT, BART_MAX_TOKENS, BART_PROMPTS, CHATS, LLAMA, MAX_TOKENS, PROMPTS,
                                 SAMPLED, SPEECH_CONTEXT, TOKENS_PROMPT_TEXT, WHISPER, ServerThread, chat_prompt, greedy,
                                 offline_generate, save_tiny_bart, speech_wavs, whisper_prompt)
+from tests.server.image_cases import (IMAGE_MAX_TOKENS, JPEG, MLLAMA, PNG, SHORT_MAX_TOKENS, load_mllama,
+                                      offline_chat)
+from tests.server.image_host import ImageHost
 from tt_models import SamplingParams
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
@@ -94,3 +101,54 @@ def client(server):
 def http(server):
     with httpx.Client(base_url=server.url, timeout=300) as session:
         yield session
+
+
+# The image tests.
+
+
+@dataclass(frozen=True)
+class ImageReferences:
+    png: RequestOutput
+    jpeg: RequestOutput
+    text: RequestOutput  # the question without an image
+    short: RequestOutput  # PNG with SHORT_MAX_TOKENS
+
+
+@pytest.fixture(scope="session")
+def mllama_dir(tmp_path_factory):
+    return write_tiny_mllama_checkpoint(tmp_path_factory.mktemp("tiny-mllama"))
+
+
+@pytest.fixture(scope="session")
+def image_references(mllama_dir) -> ImageReferences:
+    engine = load_mllama(mllama_dir)
+    try:
+        return ImageReferences(*(offline_chat(engine, image, IMAGE_MAX_TOKENS) for image in (PNG, JPEG, None)),
+                               offline_chat(engine, PNG, SHORT_MAX_TOKENS))
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="session")
+def mllama_server(mllama_dir):
+    engine = load_mllama(mllama_dir)
+    with ServerThread(create_app({MLLAMA: engine})) as running:
+        yield running
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def mllama_client(mllama_server):
+    return openai.OpenAI(base_url=f"{mllama_server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def mllama_http(mllama_server):
+    with httpx.Client(base_url=mllama_server.url, timeout=300) as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
+def image_host():
+    with ImageHost({"/image.png": PNG}) as host:
+        yield host

@@ -108,6 +108,8 @@ class _Singleton:
         return not self.token_ids if self.token_ids is not None else not self.text
 
 
+MAX_IMAGES_PER_REQUEST = 1  # Llama 3.2 Vision on TT: one image's cross blocks per request
+
 _TEXT_KEYS = frozenset({"prompt", "multi_modal_data"})
 _TOKENS_KEYS = frozenset({"prompt_token_ids", "prompt", "multi_modal_data"})
 _EXPLICIT_KEYS = frozenset({"encoder_prompt", "decoder_prompt"})
@@ -390,8 +392,9 @@ def _images(multi_modal_data: Mapping[str, Any] | None, model_type: str) -> list
         raise ValueError(f"{model_type} takes only images; unsupported multi-modal data: {others}")
     images = multi_modal_data["image"]
     images = list(images) if isinstance(images, (list, tuple)) else [images]
-    if len(images) > 1:
-        raise ValueError(f"{model_type} on TT takes one image per request, got {len(images)}")
+    if len(images) > MAX_IMAGES_PER_REQUEST:
+        raise ValueError(f"{model_type} on TT takes at most {MAX_IMAGES_PER_REQUEST} image per request, "
+                         f"got {len(images)}")
     for image in images:
         if not isinstance(image, Image.Image):
             raise ValueError(f"Not an image: multi_modal_data['image'] must be a PIL.Image.Image, "

@@ -1,4 +1,8 @@
-"""POST /v1/chat/completions: the messages through the model's chat template, then one engine request."""
+"""POST /v1/chat/completions: the messages through the model's chat template, then one engine request.
+
+Image+text models take OpenAI's ``image_url`` content parts (``tt_models.server.images`` loads them); the
+template puts the model's image token where each image was.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,14 @@ from collections.abc import AsyncIterator
 import jinja2
 from fastapi import Request, Response
 
-from tt_models.engine.inputs import TokensPrompt
+from tt_models.engine.config import is_image_text
+from tt_models.engine.inputs import MAX_IMAGES_PER_REQUEST, PromptType, TextPrompt, TokensPrompt
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import CompletionOutput, Logprob
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors
+from tt_models.server.images import load_image
 from tt_models.server.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                        ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs, Delta,
                                        TokenLogprob, TopLogprob)
@@ -20,18 +26,29 @@ from tt_models.server.serving import finish, json_response, new_id, submit, usag
 from tt_models.server.streaming import DONE, Deltas, event_stream, sse, sse_error
 
 
-def chat_prompt(body: ChatCompletionRequest, engine: LLMEngine, model_name: str) -> TokensPrompt:
+async def chat_prompt(body: ChatCompletionRequest, engine: LLMEngine, model_name: str) -> PromptType:
     """The templated conversation, tokenized without adding special tokens (the template has them, as vLLM
-    does it); raises ValueError for a model without a chat template or messages the template rejects."""
+    does it), or for a conversation with an image the template's text with the image (the engine tokenizes it
+    the same way). Raises ValueError for a model without a chat template, images the model does not take or
+    cannot read, and messages the template rejects."""
     tokenizer = engine.tokenizer
     if engine.is_encoder_decoder or tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"{model_name} has no chat template: use /v1/completions")
-    messages = [message.for_template() for message in body.messages]
+    takes_images = is_image_text(engine.checkpoint.config)
+    urls = [url for message in body.messages for url in message.image_urls()]
+    if urls and not takes_images:
+        raise ValueError(f"{model_name} does not take images: only text content parts are supported")
+    if len(urls) > MAX_IMAGES_PER_REQUEST:
+        raise ValueError(f"{model_name} takes at most {MAX_IMAGES_PER_REQUEST} image per request, got {len(urls)}")
+    messages = [message.for_template(with_images=takes_images) for message in body.messages]
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=body.add_generation_prompt,
                                              **(body.chat_template_kwargs or {}))
     except jinja2.TemplateError as error:
         raise ValueError(f"The chat template rejected the messages: {error}") from error
+    if urls:
+        images = [await load_image(url) for url in urls]
+        return TextPrompt(prompt=text, multi_modal_data={"image": images[0] if len(images) == 1 else images})
     return TokensPrompt(prompt_token_ids=tokenizer.encode(text, add_special_tokens=False), prompt=text)
 
 
@@ -54,7 +71,7 @@ def chat_logprobs(seq: CompletionOutput, start: int, top: int) -> ChatLogprobs:
 async def create_chat_completion(body: ChatCompletionRequest, engine: AsyncEngine, model_name: str,
                                  request: Request) -> Response:
     with engine_errors():
-        prompt = chat_prompt(body, engine.engine, model_name)
+        prompt = await chat_prompt(body, engine.engine, model_name)
         params = body.chat_sampling_params()
     response_id, created = new_id("chatcmpl")
     streams = await submit(engine, response_id, [prompt], params)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tt_models.engine.sampling import SamplingParams
 
@@ -148,9 +148,21 @@ class CompletionResponse(BaseModel):
 # /v1/chat/completions.
 
 
+class ImageURL(OpenAIRequest):
+    url: str
+    detail: str | None = None  # OpenAI's resolution hint; the model's image processor decides
+
+
 class ContentPart(OpenAIRequest):
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None
+
+    @model_validator(mode="after")
+    def _image_part_has_url(self) -> ContentPart:
+        if self.type == "image_url" and self.image_url is None:
+            raise ValueError("an image_url content part needs image_url: {\"url\": ...}")
+        return self
 
 
 class ChatMessage(OpenAIRequest):
@@ -158,14 +170,27 @@ class ChatMessage(OpenAIRequest):
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
-    def for_template(self) -> dict[str, Any]:
-        """The message as chat templates take it: text content parts joined by newlines (as vLLM joins them)."""
+    def image_urls(self) -> list[str]:
+        """The URLs of the message's image parts, in order."""
+        if not isinstance(self.content, list):
+            return []
+        return [part.image_url.url for part in self.content if part.type == "image_url" and part.image_url]
+
+    def for_template(self, with_images: bool = False) -> dict[str, Any]:
+        """The message as chat templates take it. For text-only models, text content parts joined by newlines (as
+        vLLM joins them); for image+text models (``with_images``), the parts in order as HF's templates take them,
+        ``{"type": "image"}`` where an image goes (the template writes the model's image token there)."""
         content = self.content
         if isinstance(content, list):
-            other = [part.type for part in content if part.type != "text"]
+            allowed = ("text", "image_url") if with_images else ("text",)
+            other = [part.type for part in content if part.type not in allowed]
             if other:
-                raise ValueError(f"only text content parts are supported, got {other[0]!r}")
-            content = "\n".join(part.text or "" for part in content)
+                raise ValueError(f"only {' and '.join(allowed)} content parts are supported, got {other[0]!r}")
+            if with_images:
+                content = [{"type": "image"} if part.type == "image_url" else {"type": "text", "text": part.text or ""}
+                           for part in content]
+            else:
+                content = "\n".join(part.text or "" for part in content)
         message = {"role": self.role, "content": content or ""}
         if self.name is not None:
             message["name"] = self.name
