@@ -36,6 +36,15 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
     pyannote.audio==4.0.7 whisper-normalizer==0.1.15 llama-models==0.1.0
   # vLLM 0.25.1 as TT builds it (tests/vllm: registration with TT vLLM's ModelRegistry).
   bash scripts/install_vllm.sh
+  # TT vLLM's plugin (not on PyPI; tests/vllm run it on the host backend): vendored beside this repository.
+  plugin=${TT_VLLM_PLUGIN_SOURCE:-../shared/vendor/vllm-tt-plugin-b95c050.tar.gz}
+  if [ ! -e "$plugin" ]; then
+    echo "setup: vllm-tt-plugin source not found at $plugin (relative to $PWD); set TT_VLLM_PLUGIN_SOURCE" \
+      "to its tarball or directory" >&2
+    exit 1
+  fi
+  .venv/bin/python -m pip install --quiet --progress-bar off --no-deps --no-build-isolation --force-reinstall \
+    "$plugin" tblib==3.2.2
   touch "$stamp"
 fi
 .venv/bin/python -m tt_models.runtime.mock install

@@ -54,8 +54,10 @@ def entry_point() -> dict[str, Any]:
     register_tt_models()
     idempotent = dict(ModelRegistry.models) == registered
     classes = _generator_classes()
-    report: dict[str, Any] = {"tt_archs": sorted(a for a in archs if a.startswith("TT")), "classes": {},
-                              "idempotent": idempotent}
+    # Ours among them: vllm-tt-plugin's general plugin, when installed, registers its built-in TT names too.
+    ours = sorted(a for a in archs if a.startswith("TT")
+                  and getattr(ModelRegistry.models[a], "module_name", None) == "generator_vllm")
+    report: dict[str, Any] = {"tt_archs": ours, "classes": {}, "idempotent": idempotent}
     for name, cls in classes.items():
         adopted = issubclass(cls, VllmModelInterface)
         # The class as it is once it derives from VllmModelInterface (the change to make if it does not).

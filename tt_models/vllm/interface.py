@@ -7,11 +7,17 @@ subprocess for lazily registered classes): it is a text-generation model only if
 under the plain HF name (an architecture vLLM does not know), ``ModelConfig`` rejects it with "This model
 does not support `--runner generate`". TT vLLM never calls these members (its runner drives
 ``prefill_forward``/``decode_forward``), so here they only refuse, naming the TT entry points.
+
+vLLM does treat the loaded model as an ``nn.Module`` in one place TT vLLM reaches: an in-process
+``LLMEngine`` (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) walks ``model.modules()`` when it is finalized, to
+clean up torch.compile wrappers (``LLMEngine._cleanup_instance_caches``). A TT generator holds no torch
+modules, so ``modules()`` yields none.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from typing import Any, Callable
 
 _REFUSAL = ("{cls} runs under TT vLLM, which builds it with initialize_vllm_model() and drives "
@@ -30,6 +36,10 @@ class VllmModelInterface:
         init = cls.__dict__.get("__init__")
         if init is not None and "vllm_config" not in inspect.signature(init).parameters:
             cls.__init__ = _refusing_vllm_config(init)
+
+    def modules(self) -> Iterator[Any]:
+        """No torch modules: what vLLM's engine cleanup walks looking for torch.compile wrappers."""
+        return iter(())
 
     def embed_input_ids(self, input_ids: Any) -> Any:
         raise NotImplementedError(_REFUSAL.format(cls=type(self).__name__, member="embed_input_ids"))

@@ -62,7 +62,7 @@ def registrations(class_names: list[str], known_archs: Container[str]) -> dict[s
 
 
 def register_tt_models() -> None:
-    """Register every ``generator_vllm`` class in vLLM's ModelRegistry (the ``vllm.general_plugins`` hook).
+    """Register every ``generator_vllm`` class in vLLM's ModelRegistry (from the ``vllm.general_plugins`` hook).
 
     Idempotent. Registration is unconditional, so these classes win over TT vLLM's built-in map for the
     same names (the plugin registers its own only where a name is missing). Without vLLM, a no-op.

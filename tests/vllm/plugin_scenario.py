@@ -1,0 +1,71 @@
+"""The real vllm-tt-plugin serving a tt-models class on the host backend, run in a fresh process by test_plugin_host.py.
+
+Run as a script from outside the checkout with ``TT_MODELS_BACKEND=host`` and ``MESH_DEVICE`` set, like a TT
+engineer would: ``python tests/vllm/plugin_scenario.py '<json arguments>'``. Nothing here patches the plugin;
+tt-models' general plugin does what it does on its own. Prints one ``RESULT <json>`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+MARKER = "RESULT "
+WORKER_MODULE = "vllm_tt_plugin.worker"
+
+
+def replaced_in_worker() -> list[str]:
+    """The functions of the plugin's worker module that tt-models replaced (it must be only the device open/close)."""
+    worker = sys.modules[WORKER_MODULE]
+    return sorted(name for name, value in vars(worker).items()
+                  if callable(value) and getattr(value, "__module__", "").startswith("tt_models."))
+
+
+def mesh_shapes(mesh_devices: list[str]) -> dict[str, list[int]]:
+    """The shape of the device the plugin's (replaced) ``open_mesh_device`` opens for each ``MESH_DEVICE``."""
+    import os
+
+    worker, shapes = sys.modules[WORKER_MODULE], {}
+    for value in mesh_devices:
+        os.environ["MESH_DEVICE"] = value
+        device = worker.open_mesh_device({}, "all")
+        shapes[value] = list(device.shape)
+        worker.close_mesh_device(device, {})
+    return shapes
+
+
+def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int, max_num_seqs: int,
+         max_model_len: int, import_worker_first: bool = False, mesh_devices: Sequence[str] = ()) -> dict[str, Any]:
+    """Greedy tokens of ``prompts`` from ``vllm.LLM``; with ``import_worker_first`` the plugin's worker module is
+    imported before vLLM loads its general plugins (tt-models then patches it at once instead of on import).
+    An in-process engine also reports its device, what was replaced, and the shapes of ``mesh_devices``."""
+    if import_worker_first:
+        import importlib
+
+        importlib.import_module(WORKER_MODULE)
+    from vllm import LLM, SamplingParams
+
+    start = time.monotonic()
+    llm = LLM(model=model, block_size=block_size, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+              skip_tokenizer_init=True)
+    started = time.monotonic()
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    report: dict[str, Any] = {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
+                              "startup_s": round(started - start, 1),
+                              "generate_s": round(time.monotonic() - started, 1)}
+    executor = getattr(llm.llm_engine, "model_executor", None)  # only for an in-process engine core
+    if executor is not None:
+        device = executor.driver_worker.worker.mesh_device
+        report["device"] = {"type": f"{type(device).__module__}.{type(device).__name__}",
+                            "shape": list(device.shape)}
+        report["replaced"] = replaced_in_worker()
+        report["mesh_shapes"] = mesh_shapes(list(mesh_devices))
+    return report
+
+
+if __name__ == "__main__":
+    print(MARKER + json.dumps(main(**json.loads(sys.argv[1]))), flush=True)
