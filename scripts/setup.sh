@@ -48,3 +48,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   touch "$stamp"
 fi
 .venv/bin/python -m tt_models.runtime.mock install
+# espeak-ng speaks the multilingual clips of the language-detection tests (tests/speech).
+if ! command -v espeak-ng >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if command -v apt-get >/dev/null 2>&1 && { [ -z "$sudo" ] || command -v sudo >/dev/null 2>&1; }; then
+    echo "setup: installing espeak-ng"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq espeak-ng >/dev/null
+  else
+    echo "setup: espeak-ng is missing and cannot be installed here; tests/speech will fail until it is" >&2
+  fi
+fi

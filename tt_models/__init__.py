@@ -17,6 +17,7 @@ _API = {
     "TextPrompt": "tt_models.engine.inputs",
     "TokensPrompt": "tt_models.engine.inputs",
     "ExplicitEncoderDecoderPrompt": "tt_models.engine.inputs",
+    "detect_language": "tt_models.speech",
 }
 __all__ = sorted(_API)
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tt_models import LLM
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.sampling import SamplingParams
@@ -104,6 +105,54 @@ def test_n_sequences_diverge_and_share_the_prompt():
     assert len(out) == 4 and len({tuple(o) for o in out}) > 1, "seeded children should sample differently"
 
 
+def test_n_sequences_share_the_prompt_blocks_and_the_cross_table():
+    """What the model is handed once all three sequences decode: the full prompt block and the cross blocks are
+    the same block ids in every row; only each sequence's partly filled last block is its own (copy-on-write)."""
+    engine = make_engine(encoder_decoder=True)
+    engine.add_request("r", prompt(0, 40, encoder_len=70), params(6, n=3, seed=3))
+    model, kv = engine.runner.model, engine.scheduler.kv
+    while not any(len(rows) == 3 for rows in model.decode_tables):
+        engine.step()
+    rows = model.decode_tables[-1]
+    assert len(rows) == 3
+    # 41 decoder tokens (the start token and 40) in blocks of 32; an encoder of 70 tokens needs 3 cross blocks.
+    selfs, crosses = [table[:2] for table, _ in rows], [cross[:3] for _, cross in rows]
+    assert selfs[0][0] == selfs[1][0] == selfs[2][0], selfs
+    assert len({table[1] for table in selfs}) == 3, selfs
+    assert crosses[0] == crosses[1] == crosses[2] and len(set(crosses[0]) | {t[0] for t in selfs}) == 4, crosses
+    assert kv.num_blocks - kv.num_free_blocks == 3 + 1 + 3  # cross blocks, the shared block, three last blocks
+    run(engine, [])
+
+
+def test_an_encoder_spends_its_input_length_of_the_budget():
+    """Each step's decoder tokens plus the input lengths of the encoders it runs stay within
+    max_num_batched_tokens; an encoder larger than the budget runs alone. Counting decoder tokens only, all four
+    requests would share the first step."""
+    engine = make_engine(encoder_decoder=True, max_num_batched_tokens=40)
+    run(engine, [(f"r{i}", prompt(i, 4, encoder_len=e), params(2)) for i, e in enumerate((30, 30, 5, 60))])
+    model = engine.runner.model
+    # Decoder prompts are 5 tokens (start token + 4). r0: 30 + 5; r1 (35 more) waits; r2 (10) fits after r1;
+    # r3's encoder (60) exceeds the budget: it runs alone with one decoder token, then the rest without it.
+    assert model.prefill_encoders == [[30], [30], [5], [60], [0]]
+    assert model.prefill_chunks == [[(0, 5)], [(0, 5)], [(0, 5)], [(0, 1)], [(1, 5)]]
+
+
+def test_llm_generate_checks_every_prompt_before_running_any(monkeypatch):
+    """``LLM.generate`` with a bad prompt at the last index raises naming that index, and nothing ran: no model
+    call, no request left, every block free. The same LLM then serves the good prompts."""
+    engine = make_engine()
+    monkeypatch.setattr(LLMEngine, "from_model", staticmethod(lambda *args, **kwargs: engine))
+    llm = LLM("paged-hash-model", max_num_seqs=8, block_size=BLOCK, max_model_len=256)
+    good = [prompt(i, 10) for i in range(3)]
+    with pytest.raises(ValueError, match=r"^prompt 3: .*vocab"):
+        llm.generate([*good, {"prompt_token_ids": [1, VOCAB]}], params(4), use_tqdm=False)
+    kv = engine.scheduler.kv
+    assert engine.runner.model.calls == [] and not engine.has_unfinished_requests()
+    assert kv.num_free_blocks == kv.num_blocks
+    outputs = llm.generate(good, params(4), use_tqdm=False)
+    assert [len(o.outputs[0].token_ids) for o in outputs] == [4, 4, 4]
+
+
 def test_steps_are_all_prefill_or_all_decode():
     engine = make_engine(max_num_batched_tokens=48)
     run(engine, workload(False, MIXED), arrivals=[0, 1, 2, 3, 4, 5])
@@ -175,6 +224,26 @@ def test_unsupported_parameters_and_unfittable_requests_raise():
     with pytest.raises(ValueError, match="already in use"):
         engine.add_request("d", prompt(0, 5), params(4))
     assert run(engine, []).keys() == {"d"}
+
+
+def test_allowed_and_logprob_token_ids_through_the_engine():
+    engine = make_engine()
+    with pytest.raises(ValueError, match="allowed_token_ids contains out-of-vocab token id!"):
+        engine.add_request("bad", prompt(0, 5), SamplingParams(allowed_token_ids=[1, VOCAB]))
+    with pytest.raises(ValueError, match="in logprob_token_ids contain out-of-vocab token ids"):
+        engine.add_request("bad", prompt(0, 5), SamplingParams(logprob_token_ids=[VOCAB]))
+    free = run(engine, [("free", prompt(1, 5), params(6))])["free"][0]
+    allowed = sorted({(t + 1) % VOCAB for t in free} | {3})
+    limited = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, allowed_token_ids=allowed,
+                             logprob_token_ids=[3, 4])
+    engine.add_request("limited", prompt(1, 5), limited)
+    while engine.has_unfinished_requests():
+        [out] = engine.step()
+    seq = out.outputs[0]
+    assert set(seq.token_ids) <= set(allowed) and seq.token_ids[0] != free[0]
+    assert [sorted(entry) for entry in seq.logprobs] == [sorted({3, 4, t}) for t in seq.token_ids]
+    assert seq.cumulative_logprob == pytest.approx(sum(entry[t].logprob for entry, t in zip(seq.logprobs,
+                                                                                             seq.token_ids)))
 
 
 @settings(max_examples=60)

@@ -1,6 +1,6 @@
 """The host sampler against vLLM 0.25.1's semantics: parameter validation, the penalty formulas worked by
-hand, top-k/top-p/min_p filters, per-request seeds, min_tokens, Whisper's suppress rules, raw logprobs and
-stop checks."""
+hand, top-k/top-p/min_p filters, per-request seeds, min_tokens, Whisper's suppress rules, allowed_token_ids,
+raw logprobs (top-k and logprob_token_ids) and stop checks."""
 
 from __future__ import annotations
 
@@ -41,11 +41,29 @@ def row(prompt=(), output=(), eos=None, **params) -> RowState:
     ({"logprobs": -2}, "logprobs must be non-negative or -1"),
     ({"stop_token_ids": [1, "2"]}, "stop_token_ids must contain only integers"),
     ({"stop": ["a", ""]}, "stop cannot contain an empty string"),
+    ({"allowed_token_ids": []}, "allowed_token_ids is not None and empty!"),
+    ({"allowed_token_ids": [1, 2.0]}, "allowed_token_ids must contain only integers"),
+    ({"logprob_token_ids": list(range(129))}, "logprob_token_ids of length 129, which is greater than max allowed"),
+    ({"logprob_token_ids": [1, 2], "logprobs": 3}, "logprobs must equal len(logprob_token_ids)"),
 ])
 def test_invalid_params_raise_vllm_messages(kwargs, message):
     with pytest.raises(ValueError) as err:
         SamplingParams(**kwargs)
     assert message in str(err.value)
+
+
+def test_token_ids_are_verified_against_the_vocabulary():
+    SamplingParams(allowed_token_ids=[0, 9], logprob_token_ids=[0, 9]).verify(10, 10)
+    with pytest.raises(ValueError, match="allowed_token_ids contains out-of-vocab token id!"):
+        SamplingParams(allowed_token_ids=[3, 10]).verify(10, None)
+    with pytest.raises(ValueError, match="allowed_token_ids contains out-of-vocab token id!"):
+        SamplingParams(allowed_token_ids=[-1]).verify(10, 10)
+    with pytest.raises(ValueError, match="allowed_token_ids contains out-of-vocab token id!"):
+        SamplingParams(allowed_token_ids=[8]).verify(10, 8)  # the tokenizer's size, as vLLM checks it
+    with pytest.raises(ValueError, match=r"token_id\(s\) \[10\] in logprob_token_ids contain out-of-vocab"):
+        SamplingParams(logprob_token_ids=[1, 10]).verify(10, 20)
+    assert SamplingParams(logprob_token_ids=[4, 5, 6]).num_logprobs == 3
+    assert SamplingParams(logprobs=2).num_logprobs == 2 and SamplingParams().num_logprobs is None
 
 
 def test_top_k_must_be_an_integer():
@@ -210,6 +228,35 @@ def test_suppress_always_and_begin_suppress_at_step_0_only():
     assert processed[0, 1] == processed[0, 2] == processed[1, 1] == -math.inf and processed[1, 2] == 8.0
 
 
+# --- allowed_token_ids ----------------------------------------------------------------------------------
+
+def test_allowed_token_ids_mask_every_other_token_per_row():
+    logits = torch.tensor([[9.0, 1.0, 3.0, 2.0, 8.0]] * 3)
+    rows = [row(temperature=0.0, allowed_token_ids=[1, 3]), row(temperature=0.0),
+            row(temperature=0.0, allowed_token_ids=[2, 1])]
+    assert Sampler().sample(logits, rows).tokens.tolist() == [3, 0, 2]
+    processed = Sampler().process(logits, rows)
+    inf = -math.inf
+    assert processed.tolist() == [[inf, 1.0, inf, 2.0, inf], logits[1].tolist(), [inf, 1.0, 3.0, inf, inf]]
+
+
+def test_sampling_draws_only_allowed_tokens():
+    logits = torch.randn(64, 40, generator=torch.Generator().manual_seed(3)) * 4
+    allowed = [5, 17, 23]
+    rows = [row(temperature=1.5, seed=i, allowed_token_ids=allowed) for i in range(64)]
+    drawn = Sampler().sample(logits, rows).tokens.tolist()
+    assert set(drawn) <= set(allowed) and len(set(drawn)) > 1
+
+
+def test_allowed_tokens_are_masked_before_min_tokens_and_rules():
+    eos = 3
+    logits = torch.tensor([[0.0, 1.0, 2.0, 10.0, 9.0]])
+    sampler = Sampler(LogitsRules(suppress_tokens=(4,)))
+    # eos is allowed but min_tokens holds it back, 4 is allowed but suppressed: the allowed 1 beats the higher 2
+    token = sampler.sample(logits, [row(eos=eos, temperature=0.0, min_tokens=1, allowed_token_ids=[1, 3, 4])]).tokens
+    assert token.tolist() == [1]
+
+
 # --- logprobs -------------------------------------------------------------------------------------------
 
 def test_logprobs_are_raw_and_shaped_per_row():
@@ -235,6 +282,23 @@ def test_logprobs_are_raw_and_shaped_per_row():
         values, indices = raw[i].topk(len(lp.top))
         assert [t for t, _ in lp.top] == indices.tolist()
         assert [v for _, v in lp.top] == pytest.approx(values.tolist(), abs=1e-6)
+
+
+def test_logprob_token_ids_are_raw_in_their_order_beside_top_k_rows():
+    logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(4)) * 2
+    raw = logits.log_softmax(dim=-1)
+    ids = [7, 2, 19, 11]
+    rows = [row(temperature=0.0, logprob_token_ids=ids, allowed_token_ids=[2, 11]), row(logprobs=2, seed=1),
+            row(temperature=0.0, logprob_token_ids=[5], logprobs=1)]
+    out = Sampler().sample(logits, rows)
+    first = out.logprobs[0]
+    assert [t for t, _ in first.top] == ids
+    # raw: the allowed_token_ids mask changes the choice, not the reported logprobs
+    assert [v for _, v in first.top] == pytest.approx([float(raw[0, t]) for t in ids], abs=1e-6)
+    assert first.token_id == (2 if raw[0, 2] > raw[0, 11] else 11)
+    assert first.rank == 1 + int((raw[0] > raw[0, first.token_id]).sum())
+    assert [t for t, _ in out.logprobs[1].top] == raw[1].topk(2).indices.tolist()
+    assert out.logprobs[2].top == [(5, pytest.approx(float(raw[2, 5]), abs=1e-6))]
 
 
 # --- stop checks ----------------------------------------------------------------------------------------

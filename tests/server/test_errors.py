@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from tests.server.cases import BART, BART_MAX_TOKENS, BART_PROMPTS, LLAMA, WHISPER, silence_wav
+from tests.server.image_cases import PNG, data_url, image_chat
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +41,16 @@ CASES = {  # name: (path, request, status, words the message must contain)
     "unknown-audio-model": ("/v1/audio/transcriptions", upload(model="gpt-17"), 404, "`gpt-17` does not exist"),
     "undecodable-audio": ("/v1/audio/transcriptions", upload(), 400, "Not audio libsndfile can decode"),
     "audio-too-long": ("/v1/audio/transcriptions", upload(audio=silence_wav(31)), 400, "30 s window"),
+    "language-on-english-only": ("/v1/audio/transcriptions", upload(audio=silence_wav(1), language="de"), 400,
+                                 "English-only: it cannot take language='de'"),
     "prompt-too-long": ("/v1/completions", {"json": {"model": LLAMA, "prompt": "hello " * 600}}, 400,
                         "maximum model length of 512"),
     "encoder-prompt-too-long": ("/v1/completions", completion(prompt="hello " * 1100), 400,
                                 "maximum encoder length of 1024"),
     "chat-without-template": ("/v1/chat/completions", {"json": {"model": BART, "messages": [
         {"role": "user", "content": "Hi"}]}}, 400, "has no chat template"),
+    "image-on-text-model": ("/v1/chat/completions", {"json": {"model": LLAMA, "messages": image_chat(data_url(PNG))}},
+                            400, "smollm2 does not take images"),
     "completion-on-whisper": ("/v1/completions", completion(model=WHISPER), 400, "use /v1/audio/transcriptions"),
     "audio-on-bart": ("/v1/audio/transcriptions", upload(model=BART), 400, "does not take audio"),
     "unknown-route": ("/v1/embeddings", completion(), 404, "Not Found"),
@@ -64,6 +69,20 @@ def test_bad_request_then_a_good_one(name, http, client, references):
 
     good = client.completions.create(model=BART, prompt=BART_PROMPTS[0], max_tokens=BART_MAX_TOKENS, temperature=0)
     assert good.choices[0].text == references.bart[0].outputs[0].text
+
+
+def test_an_upload_over_25_mib_is_a_413(http):
+    """OpenAI's upload limit, checked before decoding: one byte over 25 MiB is refused on both audio routes, while
+    25 MiB exactly gets as far as decoding (zeros are no audio format)."""
+    limit = 25 * 2**20
+    for route in ("transcriptions", "translations"):
+        response = http.post(f"/v1/audio/{route}", **upload(audio=bytes(limit + 1)))
+        assert response.status_code == 413, response.text
+        error = response.json()["error"]
+        assert error["param"] == "file" and f"the limit is {limit}" in error["message"]
+        assert error["type"] == "invalid_request_error"
+    response = http.post("/v1/audio/transcriptions", **upload(audio=bytes(limit)))
+    assert response.status_code == 400 and "Not audio libsndfile can decode" in response.json()["error"]["message"]
 
 
 def test_the_openai_client_raises_its_typed_errors(client):

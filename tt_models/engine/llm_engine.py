@@ -78,6 +78,7 @@ class LLMEngine:
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        params.verify(self.processor.vocab_size, None if self.tokenizer is None else len(self.tokenizer))
         extra_stops = [t for t in self.other_eos_ids if t not in params.stop_token_ids]
         if extra_stops and not params.ignore_eos:  # vLLM's update_from_generation_config
             params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_stops])

@@ -39,8 +39,8 @@ class Sequence:
         self.state = RowState(params, request.inputs.prompt_token_ids, eos_token_id=request.eos_token_id)
         self.detokenizer = detokenizer
         self.text = ""
-        self.logprobs: list[dict[int, Logprob]] | None = [] if params.logprobs is not None else None
-        self.cumulative_logprob = 0.0 if params.logprobs is not None else None
+        self.logprobs: list[dict[int, Logprob]] | None = [] if params.num_logprobs is not None else None
+        self.cumulative_logprob = 0.0 if params.num_logprobs is not None else None
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
 

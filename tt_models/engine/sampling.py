@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 _SAMPLING_EPS = 1e-5  # temperatures below this are greedy
 _MAX_TEMP = 1e-2  # smaller positive temperatures are raised to this (they overflow the softmax)
 _MAX_N = 16384  # vLLM's default VLLM_MAX_N_SEQUENCES
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound on len(logprob_token_ids)
 
 
 @dataclass
@@ -30,6 +31,9 @@ class SamplingParams:
 
     ``stop`` becomes a list and ``stop_token_ids`` a list after construction; ``top_k`` 0 or -1 and
     ``top_p`` 1 mean "no filter"; ``max_tokens=None`` leaves the length to the model's context.
+    ``allowed_token_ids`` restricts every sampled token to those ids (the others' logits are -inf before the
+    penalties, as vLLM masks them). ``logprob_token_ids`` asks for the raw logprobs of exactly those ids at
+    each step, beside the sampled token's (vLLM's scoring of label tokens, e.g. Whisper's languages).
     """
 
     n: int = 1
@@ -49,6 +53,8 @@ class SamplingParams:
     logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    allowed_token_ids: list[int] | None = None
+    logprob_token_ids: list[int] | None = None
 
     def __post_init__(self) -> None:
         if 0 < self.temperature < _MAX_TEMP:
@@ -110,10 +116,43 @@ class SamplingParams:
                              f"got {self.min_tokens}.")
         if self.logprobs is not None and self.logprobs != -1 and self.logprobs < 0:
             raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}.")
-        if not all(isinstance(t, int) for t in self.stop_token_ids):
-            raise ValueError(f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")
+        for name in ("stop_token_ids", "allowed_token_ids", "logprob_token_ids"):
+            ids = getattr(self, name)
+            if ids is not None and not all(isinstance(t, int) for t in ids):
+                raise ValueError(f"{name} must contain only integers, got {ids}.")
         if any(not s for s in self.stop):
             raise ValueError("stop cannot contain an empty string.")
+        if self.allowed_token_ids is not None and len(self.allowed_token_ids) == 0:
+            raise ValueError("allowed_token_ids is not None and empty!")
+        if self.logprob_token_ids is not None:
+            n = len(self.logprob_token_ids)
+            if n > MAX_LOGPROB_TOKEN_IDS:
+                raise ValueError(f"Requested logprob_token_ids of length {n}, which is greater than max allowed: "
+                                 f"{MAX_LOGPROB_TOKEN_IDS}")
+            if self.logprobs is not None and self.logprobs != n:
+                raise ValueError(f"When both logprobs and logprob_token_ids are set, logprobs must equal "
+                                 f"len(logprob_token_ids). Got logprobs={self.logprobs}, len(logprob_token_ids)={n}.")
+
+    def verify(self, vocab_size: int, tokenizer_size: int | None = None) -> None:
+        """vLLM's checks against the model (``SamplingParams.verify``): token ids within the vocabulary, the
+        tokenizer's for ``allowed_token_ids`` (and the logits', where a tokenizer has more), the model's for
+        ``logprob_token_ids``."""
+        if self.allowed_token_ids is not None:
+            size = vocab_size if tokenizer_size is None else min(vocab_size, tokenizer_size)
+            if any(not 0 <= t < size for t in self.allowed_token_ids):
+                raise ValueError("allowed_token_ids contains out-of-vocab token id!")
+        if self.logprob_token_ids is not None:
+            bad = [t for t in self.logprob_token_ids if not 0 <= t < vocab_size]
+            if bad:
+                raise ValueError(f"token_id(s) {bad} in logprob_token_ids contain out-of-vocab token ids. "
+                                 f"Vocabulary size: {vocab_size}")
+
+    @property
+    def num_logprobs(self) -> int | None:
+        """Logprobs returned per output token (None: none): ``logprobs``, else ``len(logprob_token_ids)``."""
+        if self.logprobs is not None:
+            return self.logprobs
+        return len(self.logprob_token_ids) if self.logprob_token_ids else None
 
     @property
     def greedy(self) -> bool:
@@ -167,16 +206,23 @@ class RowState:
     output_token_ids: list[int] = field(default_factory=list)
     eos_token_id: int | None = None
     generator: torch.Generator | None = field(init=False, default=None)
+    allowed_ids: torch.Tensor | None = field(init=False, default=None)  # the params' lists as index tensors,
+    logprob_ids: torch.Tensor | None = field(init=False, default=None)  # built once, not at every step
 
     def __post_init__(self) -> None:
         if self.params.seed is not None and not self.params.greedy:
             self.generator = torch.Generator().manual_seed(self.params.seed)
+        if self.params.allowed_token_ids:
+            self.allowed_ids = torch.tensor(self.params.allowed_token_ids, dtype=torch.int64)
+        if self.params.logprob_token_ids:
+            self.logprob_ids = torch.tensor(self.params.logprob_token_ids, dtype=torch.int64)
 
 
 @dataclass(frozen=True)
 class TokenLogprobs:
     """The sampled token's raw logprob and rank (1 = most likely; ties count against it, as in vLLM),
-    and the ``logprobs`` most likely ``(token, logprob)`` pairs, most likely first (all of them for -1)."""
+    and the ``logprobs`` most likely ``(token, logprob)`` pairs, most likely first (all of them for -1), or
+    the pairs of the ``logprob_token_ids`` in their order."""
 
     token_id: int
     logprob: float
@@ -191,16 +237,18 @@ class SamplerOutput:
 
 
 class Sampler:
-    """vLLM v1's sampler for host logits: min_tokens, penalties, the model's rules, then greedy argmax or
-    temperature -> min_p -> top-k -> top-p -> exponential-race sampling. Logprobs are vLLM's default
+    """vLLM v1's sampler for host logits: allowed_token_ids, min_tokens, penalties, the model's rules, then greedy
+    argmax or temperature -> min_p -> top-k -> top-p -> exponential-race sampling. Logprobs are vLLM's default
     ``logprobs_mode="raw_logprobs"``: the log-softmax of the logits as the model returned them."""
 
     def __init__(self, rules: LogitsRules | None = None) -> None:
         self.rules = rules or LogitsRules()
 
     def process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
-        """The steps that can change the greedy choice, on a float32 copy: min_tokens, penalties, rules."""
+        """The steps that can change the greedy choice, on a float32 copy: allowed_token_ids, min_tokens,
+        penalties, rules."""
         logits = logits.to(torch.float32, copy=True)
+        _apply_allowed_token_ids(logits, rows)
         _apply_min_tokens(logits, rows)
         _apply_penalties(logits, rows)
         self.rules.apply(logits, [len(r.output_token_ids) for r in rows])
@@ -209,7 +257,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, rows: Sequence[RowState]) -> SamplerOutput:
         """Pick one token per row of ``logits [B, V]``; the input tensor is left unchanged."""
         assert logits.dim() == 2 and logits.shape[0] == len(rows)
-        want_logprobs = any(r.params.logprobs is not None for r in rows)
+        want_logprobs = any(r.params.num_logprobs is not None for r in rows)
         raw_logprobs = logits.log_softmax(dim=-1, dtype=torch.float32) if want_logprobs else None
         logits = self.process(logits, rows)
         tokens = logits.argmax(dim=-1)
@@ -218,6 +266,20 @@ class Sampler:
             tokens[random] = _random_sample(logits[random], [rows[i] for i in random])
         logprobs = _gather_logprobs(raw_logprobs, tokens, rows) if raw_logprobs is not None else [None] * len(rows)
         return SamplerOutput(tokens, logprobs)
+
+
+def _apply_allowed_token_ids(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+    """Every logit of a row outside its ``allowed_token_ids`` becomes -inf (vLLM's ``allowed_token_ids_mask``),
+    one ``masked_fill_`` over the batch; rows without the parameter are left alone."""
+    limited = [i for i, r in enumerate(rows) if r.allowed_ids is not None]
+    if not limited:
+        return
+    allowed = [rows[i].allowed_ids for i in limited]
+    masked = torch.zeros_like(logits, dtype=torch.bool)
+    masked[limited] = True
+    row_of_id = torch.tensor(limited).repeat_interleave(torch.tensor([len(a) for a in allowed]))
+    masked[row_of_id, torch.cat(allowed)] = False
+    logits.masked_fill_(masked, -math.inf)
 
 
 def _apply_min_tokens(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
@@ -311,19 +373,28 @@ def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tens
 
 def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
                      rows: Sequence[RowState]) -> list[TokenLogprobs | None]:
-    """vLLM's ``gather_logprobs``: one top-k at the batch's largest ``logprobs``, each row cut to its own."""
+    """vLLM's ``gather_logprobs``: one top-k at the batch's largest ``logprobs``, each row cut to its own; a row
+    with ``logprob_token_ids`` gets exactly those ids, in its order (``gather_specific_token_logprobs``)."""
     vocab_size = raw_logprobs.shape[1]
-    wanted = [None if r.params.logprobs is None else (vocab_size if r.params.logprobs == -1 else
-                                                      min(r.params.logprobs, vocab_size)) for r in rows]
-    top_values, top_indices = raw_logprobs.topk(max(w for w in wanted if w is not None), dim=-1)
+    wanted = [None if r.params.logprobs is None or r.logprob_ids is not None else
+              (vocab_size if r.params.logprobs == -1 else min(r.params.logprobs, vocab_size)) for r in rows]
+    top_k = max((w for w in wanted if w is not None), default=0)
+    top_values, top_indices = raw_logprobs.topk(top_k, dim=-1) if top_k else (None, None)
+    specific = [i for i, r in enumerate(rows) if r.logprob_ids is not None]
+    if specific:
+        ids = torch.nn.utils.rnn.pad_sequence([rows[i].logprob_ids for i in specific], batch_first=True)
+        specific_values = dict(zip(specific, raw_logprobs[specific].gather(1, ids).tolist()))
     token_logprobs = raw_logprobs.gather(1, tokens[:, None])
     ranks = (raw_logprobs >= token_logprobs).sum(dim=-1)
     out: list[TokenLogprobs | None] = []
-    for i, w in enumerate(wanted):
-        if w is None:
+    for i, (w, r) in enumerate(zip(wanted, rows)):
+        if r.logprob_ids is not None:
+            top = list(zip(r.params.logprob_token_ids, specific_values[i]))
+        elif w is not None:
+            top = list(zip(top_indices[i, :w].tolist(), top_values[i, :w].tolist())) if w else []
+        else:
             out.append(None)
             continue
-        top = list(zip(top_indices[i, :w].tolist(), top_values[i, :w].tolist()))
         out.append(TokenLogprobs(int(tokens[i]), float(token_logprobs[i, 0]), int(ranks[i]), top))
     return out
 

@@ -1,8 +1,10 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations: an uploaded audio file through a Whisper model.
 
 The upload is decoded (any format libsndfile reads) and resampled to 16 kHz, then runs as one engine request
-with the model's default decoder prompt for the language and task. Whisper takes one 30 s window: longer audio
-is refused. Without timestamp tokens the transcript is one segment spanning the audio.
+with the model's default decoder prompt for the language and task. Without a ``language``, a multilingual model
+first detects it (one more engine request, ``tt_models.speech``), as vLLM's and OpenAI's servers do; an
+English-only model transcribes English. Whisper takes one 30 s window: longer audio is refused. Without
+timestamp tokens the transcript is one segment spanning the audio.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tt_models.server.protocol import (AudioResponseFormat, DurationUsage, Token
 from tt_models.server.serving import finish, json_response, new_id, submit
 from tt_models.server.streaming import DONE, event_stream, sse, sse_error
 from tt_models.server.subtitles import Cue, srt, vtt
+from tt_models.speech import DetectedLanguage, LanguageDetector
 
 SAMPLE_RATE = 16000
 MAX_UPLOAD_BYTES = 25 * 2**20  # OpenAI's upload limit
@@ -65,17 +68,32 @@ async def create_transcription(form: AudioRequest, audio: bytes, engine: AsyncEn
                                 logprobs=0 if form.response_format == "verbose_json" else None)
     prompt = {"prompt": "", "multi_modal_data": {"audio": (waveform, SAMPLE_RATE)}}
     response_id, _ = new_id("trsc")
-    streams = await submit(engine, response_id, [prompt], params, language=form.language, task=form.task,
+    language = form.language
+    if language is None and LanguageDetector.supports(engine.engine.checkpoint.generation_config):
+        detected = await _detect_language(engine, prompt["multi_modal_data"]["audio"], response_id, request)
+        if detected is None:
+            return json_response(None)
+        language = detected.language
+    streams = await submit(engine, response_id, [prompt], params, language=language, task=form.task,
                            previous_text=form.prompt or None)
     if form.stream:
         return event_stream(_events(streams[0]))
     outputs = await finish(request, streams)
     if outputs is None:
         return json_response(None)
-    return _response(form, outputs[0], waveform.size / SAMPLE_RATE)
+    return _response(form, outputs[0], waveform.size / SAMPLE_RATE, language or "en")
 
 
-def _response(form: AudioRequest, output: RequestOutput, duration: float) -> Response:
+async def _detect_language(engine: AsyncEngine, audio: tuple, response_id: str,
+                           request: Request) -> DetectedLanguage | None:
+    """The audio's language from one engine request; None if the client left first."""
+    detector = LanguageDetector(engine.engine.checkpoint.generation_config)
+    streams = await submit(engine, f"{response_id}-language", [detector.prompt(audio)], detector.params)
+    outputs = await finish(request, streams)
+    return None if outputs is None else detector.result(outputs[0])
+
+
+def _response(form: AudioRequest, output: RequestOutput, duration: float, language: str) -> Response:
     seq = output.outputs[0]
     text = seq.text.strip()
     usage = DurationUsage(seconds=duration)
@@ -92,9 +110,10 @@ def _response(form: AudioRequest, output: RequestOutput, duration: float) -> Res
         id=0, seek=0, start=0.0, end=duration, text=seq.text, tokens=seq.token_ids, temperature=form.temperature,
         avg_logprob=(seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1),
         compression_ratio=len(encoded) / len(zlib.compress(encoded)) if encoded else 0.0)
-    language = form.language or "en"
+    # OpenAI: a transcription reports the language of the audio, a translation that of its output (English).
+    language = "en" if form.task == "translate" else language.lower().removeprefix("<|").removesuffix("|>")
     return json_response(TranscriptionVerbose(
-        task=form.task, language=LANGUAGES.get(TO_LANGUAGE_CODE.get(language.lower(), language), language),
+        task=form.task, language=LANGUAGES.get(TO_LANGUAGE_CODE.get(language, language), language),
         duration=duration, text=text, segments=[segment], usage=usage))
 
 
