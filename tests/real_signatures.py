@@ -19,6 +19,14 @@ NO_DEFAULT = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)
+class Unparsed:
+    """A default the real signature writes as text this module cannot read: it matches nothing, so the
+    comparison fails (naming the text) instead of passing whatever the host default is."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Param:
     name: str
     keyword_only: bool
@@ -29,6 +37,8 @@ class Param:
         if self.keyword_only != other.keyword_only:
             return False
         if self.name != other.name and not (self.positional_only or other.positional_only):
+            return False
+        if isinstance(self.default, Unparsed) or isinstance(other.default, Unparsed):
             return False
         if UNKNOWN in (self.default, other.default):
             both_or_neither = (self.default is NO_DEFAULT) == (other.default is NO_DEFAULT)
@@ -101,7 +111,7 @@ def _parse_nb(text: str, defaults: tuple | None) -> list[Param]:
             try:
                 default = normalize(ast.literal_eval(literal.group(1).strip()))
             except (ValueError, SyntaxError):
-                default = UNKNOWN
+                default = Unparsed(literal.group(1).strip())
         else:
             default = NO_DEFAULT if publishes_defaults else UNKNOWN
         params.append(Param(name, keyword_only, default, positional_only=i < n_positional_only))

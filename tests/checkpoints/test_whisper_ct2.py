@@ -182,16 +182,18 @@ def test_tiny_en_transcribes_the_first_turns(tiny_en, tiny_en_model, sample):
     assert "i did not know you were there" in normalize_english(hypothesis), hypothesis
     assert "this is diane in new jersey" in normalize_english(hypothesis), hypothesis
     reference = [s for s in segments if s.end <= end]
-    assert len(reference) == 7 and word_error_rate(reference, hypothesis) < 0.4, hypothesis
+    wer = word_error_rate(reference, hypothesis)
+    print(f"tiny.en WER on the first turns: {wer:.3f}: {hypothesis}")
+    assert len(reference) == 7 and wer < 0.27, (wer, hypothesis)  # measured 0.233 (7 errors in 30 words)
 
 
 def test_tiny_en_whole_clip_word_error_rate(tiny_en, tiny_en_model, sample):
-    """The clip is 30.0 s: one Whisper window. tiny.en scores 0.18 here (16 errors in 87 reference words)."""
+    """The clip is 30.0 s: one Whisper window. tiny.en scores 0.184 here (16 errors in 87 reference words)."""
     audio, rate, segments = sample
     hypothesis = _transcribe(tiny_en_model, tiny_en, audio, rate)
     wer = word_error_rate(segments, hypothesis)
     print(f"tiny.en WER on the pyannote sample: {wer:.3f}: {hypothesis}")
-    assert wer < 0.6, (wer, hypothesis)
+    assert wer < 0.22, (wer, hypothesis)  # a few points above the measured 0.184
     assert "originally from chicago" in normalize_english(hypothesis), hypothesis
 
 
@@ -226,9 +228,9 @@ def test_base_loads_strictly_and_detects_english(base, base_model, sample):
 
 @pytest.mark.slow
 def test_base_whole_clip_word_error_rate(base, base_model, sample):
-    """whisper-base scores 0.17 here; the language is detected (no language= given)."""
+    """whisper-base scores 0.172 here (15 errors in 87 words); the language is detected (no language= given)."""
     audio, rate, segments = sample
     hypothesis = _transcribe(base_model, base, audio, rate)
     wer = word_error_rate(segments, hypothesis)
     print(f"base WER on the pyannote sample: {wer:.3f}: {hypothesis}")
-    assert wer < 0.5, (wer, hypothesis)
+    assert wer < 0.21, (wer, hypothesis)  # a few points above the measured 0.172

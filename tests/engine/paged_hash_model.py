@@ -40,6 +40,8 @@ class PagedHashModel:
         self.max_cross_attn_tokens = max_cross_attn_tokens
         self.calls: list[str] = []
         self.prefill_chunks: list[list[tuple[int, int]]] = []  # per prefill call, each row's (start_pos, end)
+        self.prefill_encoders: list[list[int]] = []  # per prefill call, each row's encoder input length (0: none)
+        self.decode_tables: list[list[tuple[list[int], list[int]]]] = []  # per decode call, each live row's tables
 
     def allocate_kv_cache(self, shape: Any, dtype: Any = None, num_layers: int | None = None) -> list[np.ndarray]:
         num_blocks, _, self.block_size, _ = shape
@@ -78,10 +80,13 @@ class PagedHashModel:
                         encoder_lens: Any = None, **kwargs: Any) -> torch.Tensor:
         self.calls.append("prefill")
         self.prefill_chunks.append([])
+        self.prefill_encoders.append([])
         out = []
         for i, end in enumerate(np.asarray(prompt_lens).tolist()):
             start = 0 if start_pos is None else int(start_pos[i])
             self.prefill_chunks[-1].append((start, end))
+            has_encoder = self.encoder_decoder and encoder_inputs[i] is not None
+            self.prefill_encoders[-1].append(int(encoder_lens[i]) if has_encoder else 0)
             boundary = start // self.block_size * self.block_size
             self._write(page_table[i], boundary, tokens[i, boundary:end].tolist())
             clobber_end = -(-end // self.block_size) * self.block_size
@@ -99,6 +104,9 @@ class PagedHashModel:
         self.calls.append("decode")
         assert tokens.shape[0] == self.max_num_seqs, "decode is padded to max_num_seqs"
         out = torch.zeros(self.max_num_seqs, 1, VOCAB)
+        self.decode_tables.append([(page_table[row].tolist(), [] if cross_page_table is None else
+                                    cross_page_table[row].tolist()) for row, pos in enumerate(start_pos.tolist())
+                                   if pos >= 0])
         for row, pos in enumerate(start_pos.tolist()):
             if pos < 0:
                 continue

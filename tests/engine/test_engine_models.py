@@ -34,6 +34,12 @@ pytestmark = pytest.mark.slow
 NEW_TOKENS = 16
 WHISPER_TOKENS = 40
 NEAR_TIE = 0.1  # largest logprob margin at which batching may flip a greedy token
+# Greedy tokens identical to HF generate where a request falls short of all of them, as measured, one fewer as the
+# first difference is a near-tie (HF's top-2 logit margin there in parentheses). Every other greedy request matches
+# HF's whole output.
+MIN_IDENTICAL = {"llama4": 1,  # 2 (0.001)
+                 "mllama0": 3, "mllama1": 2,  # 4 (0.001), 3 (0.007)
+                 "mllama2": 11, "mllama4": 1}  # 12 (0.020), 2 (0.002)
 
 
 @dataclass
@@ -237,6 +243,7 @@ def test_greedy_agrees_with_hf_generate(case, solo):
         else:
             assert len(ours.token_ids) == len(hf_tokens), f"{request_id}: stopped at a different length"
         print(f"\n{request_id}: {exact}/{len(hf_tokens)} tokens identical to HF generate")
+        assert exact >= MIN_IDENTICAL.get(request_id, len(hf_tokens)), f"{request_id}: only {exact} identical"
 
 
 @pytest.mark.parametrize("audio, message", [

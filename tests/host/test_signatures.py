@@ -9,7 +9,7 @@ import inspect
 import pytest
 import ttnn
 
-from tests.real_signatures import from_python, real_constructor_overloads, real_overloads
+from tests.real_signatures import _parse_nb, from_python, real_constructor_overloads, real_overloads
 from tt_models.runtime import host
 
 # Host classes that only the backend itself constructs (ttnn builds these from C++ or via open_* calls).
@@ -63,3 +63,17 @@ def test_extra_keyword_is_caught():
 
     with pytest.raises(AssertionError, match="matches none"):
         _assert_matches_one(from_python(linear), real_overloads(ttnn.linear), "linear")
+
+
+@pytest.mark.parametrize("host_default", [None, 0, "bfloat16"])
+def test_unparsable_real_default_matches_nothing(host_default):
+    """A real default this parser cannot read fails the comparison, whatever the host's default is."""
+    def typecast(input_tensor, *, dtype=host_default):
+        pass
+
+    readable = _parse_nb("def __call__(self, input_tensor: ttnn.Tensor, *, dtype: object = None) -> None", None)
+    _assert_matches_one(from_python(lambda input_tensor, *, dtype=None: None), [readable], "control")
+    unreadable = _parse_nb("def __call__(self, input_tensor: ttnn.Tensor, *, dtype: object = ttnn.bfloat16) -> None",
+                           None)
+    with pytest.raises(AssertionError, match="matches none"):
+        _assert_matches_one(from_python(typecast), [unreadable], "typecast")

@@ -17,6 +17,17 @@ CLASSES = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistr
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 24, 128
 NEW_TOKENS = 32
 PROMPT_LENS = (20, 37, 9)
+# Free-running tokens identical to HF generate, per (model, profile) and request, as measured; one fewer where the
+# first difference is a near-tie (HF's top-2 logit margin there in parentheses). The closeness rule alone would let
+# a model drift from the first token on; a numerics change that lowers these must be re-measured and explained.
+MIN_IDENTICAL = {
+    ("llama-gqa", "accuracy"): (14, 32),  # 15 (0.001 at token 15), 32
+    ("llama-gqa", "performance"): (6, 8),  # 7 (0.006), 9 (0.013)
+    ("qwen2-bias", "accuracy"): (32, 32),
+    ("qwen2-bias", "performance"): (32, 32),
+    ("mistral-window", "accuracy"): (32, 32),
+    ("mistral-window", "performance"): (6, 15),  # 7 (0.006), 16 (0.021)
+}
 
 
 @pytest.fixture(scope="module", params=list(CLASSES))
@@ -124,3 +135,4 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, model_case, pr
         hf_top5 = hf_logits[i][r.prompt_len - 1: -1].topk(5).indices.tolist()
         exact = _closeness(ours, theirs, t, hf_top5)
         print(f"\n{name} {profile} request {i}: {exact}/{NEW_TOKENS} tokens identical to HF generate")
+        assert exact >= MIN_IDENTICAL[name, profile][i], f"{name} {profile} request {i}: only {exact} identical"

@@ -1,8 +1,8 @@
 """The swap extension (``read_kv_blocks`` / ``write_kv_blocks``): KV blocks to host memory and back.
 
-On the host backend a block read after being written holds exactly what was written, in the cache's dtype
-(bf16 for the accuracy profile, bfloat8_b for performance), every other block is untouched, and moving a
-block to another block id moves its values. On the mock device the real ttnn validates the calls.
+On the host backend a block read after being written holds what was written, within the rounding of the cache's
+dtype (bf16 for the accuracy profile, bfloat8_b for performance), every other block is untouched, and moving a
+block to another block id moves its values exactly. On the mock device the real ttnn validates the calls.
 """
 
 import pytest

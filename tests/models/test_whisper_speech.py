@@ -2,7 +2,8 @@
 
 The 30 s two-speaker call shipped in the pyannote.audio wheel, whole and cut into its reference segments,
 runs as one continuously batched set of requests. Transcripts must equal HF's up to the first differing
-token, where ours must be among HF's top 5 there (vLLM's closeness rule; the logit margin is reported);
+token, where ours must be among HF's top 5 there (vLLM's closeness rule; the logit margin is reported), and
+that difference may come no earlier than measured (``MIN_IDENTICAL``);
 word error rates of both against the reference transcript are reported for both profiles, and ours may not
 exceed HF's by more than 2 points.
 ``bench/whisper_speech_accuracy.py`` sets these differences beside HF's own bf16 runs.
@@ -19,6 +20,10 @@ from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
 pytestmark = pytest.mark.slow
 BLOCK, MAX_TOKENS = 64, 160
+# Tokens a clip shares with HF's transcript before the first difference, as measured; clips not listed match HF's
+# whole transcript. One fewer where the difference is a near-tie (HF's logit margin there in parentheses).
+MIN_IDENTICAL = {"accuracy": {0: 48, 9: 0},  # 49 (0.006), 0 (0.035): 12/14 transcripts identical
+                 "performance": {0: 23, 5: 3, 9: 0, 12: 14}}  # 23 (0.341), 4 (0.005), 0 (0.035), 14 (0.106): 10/14
 
 
 @pytest.fixture(scope="module")
@@ -109,5 +114,6 @@ def test_transcripts_match_hf(host_device, tiny_en, profile):
         print(f"  clip {i} differs at token {k} (HF logit margin {margin:.3f}):\n    ours {ours[i]!r}\n"
               f"    HF   {hf_texts[i]!r}")
         assert a[k] in top5, f"clip {i}: token {k} is not among HF's top 5"
+        assert k >= MIN_IDENTICAL[profile].get(i, len(b)), f"clip {i}: differs from HF's transcript at token {k}"
     # Near-tie flips must not cost words: WER within 2 points of HF's, whole call and segments.
     assert wer_ours <= wer_hf + 0.02 and segment_wer_ours <= segment_wer_hf + 0.02
