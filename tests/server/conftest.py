@@ -92,14 +92,22 @@ def server(engines, references):
         yield running
 
 
+def _openai_client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def _http_client(server) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=300)
+
+
 @pytest.fixture(scope="session")
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+    return _openai_client(server)
 
 
 @pytest.fixture(scope="session")
 def http(server):
-    with httpx.Client(base_url=server.url, timeout=300) as session:
+    with _http_client(server) as session:
         yield session
 
 
@@ -139,12 +147,12 @@ def mllama_server(mllama_dir):
 
 @pytest.fixture(scope="session")
 def mllama_client(mllama_server):
-    return openai.OpenAI(base_url=f"{mllama_server.url}/v1", api_key="unused", max_retries=0, timeout=300)
+    return _openai_client(mllama_server)
 
 
 @pytest.fixture(scope="session")
 def mllama_http(mllama_server):
-    with httpx.Client(base_url=mllama_server.url, timeout=300) as session:
+    with _http_client(mllama_server) as session:
         yield session
 
 
