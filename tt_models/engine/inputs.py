@@ -18,7 +18,7 @@ formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``, ``vllm/model_executor/mode
   HF's ``generate`` forces from the generation config: ``<|startoftranscript|>`` [language, task]
   ``<|notimestamps|>``, the language and task tokens only for multilingual models (language ``en`` and
   task ``transcribe`` unless ``process`` or the generation config says otherwise, as openai-whisper's
-  ``decode`` does: there is no language detection here).
+  ``decode`` does; ``tt_models.speech`` detects a language before building the prompt).
 - Llama 3.2 Vision (image+text): a singleton prompt whose text (or token ids) holds one ``<|image|>`` token per
   image in ``multi_modal_data={"image": PIL.Image or [PIL.Image]}`` (at most one; none: a text-only request).
   Text is tokenized as HF's ``MllamaProcessor`` does it: ``<|begin_of_text|>`` added after the leading image
@@ -38,8 +38,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import soxr
 import torch
-from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase, WhisperFeatureExtractor
 from PIL import Image
+from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase, WhisperFeatureExtractor
 from transformers.models.mllama.processing_mllama import build_string_from_input
 from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
 from typing_extensions import NotRequired, TypedDict
