@@ -87,18 +87,20 @@ def check_run(report: dict[str, Any], stdout: str, stderr: str, reference: list[
     assert len(opened) == opens and f"host device as a {mesh} mesh" in opened[0], opened
 
 
+@pytest.mark.parametrize(("mesh_device", "mesh"), [("N150", "1x1"), ("N300", "1x2")])
 def test_engine_core_process_opens_a_host_device(model_dir: Path, reference: list[list[int]], vllm_cache: Path,
-                                                 tmp_path: Path) -> None:
+                                                 tmp_path: Path, mesh_device: str, mesh: str) -> None:
     """vLLM's default: the engine core (the plugin's worker) in a process of its own, where tt-models' general
-    plugin patches the worker module when it is imported."""
-    check_run(*serve(model_dir, tmp_path, vllm_cache, {"MESH_DEVICE": "N150"}), reference, mesh="1x1")
+    plugin patches the worker module when it is imported. On N300 the model is replicated on both chips while
+    the plugin asks for a KV cache of ``kv_heads / 2`` heads (its tensor-parallel shape)."""
+    check_run(*serve(model_dir, tmp_path, vllm_cache, {"MESH_DEVICE": mesh_device}), reference, mesh=mesh)
 
 
 def test_in_process_engine(model_dir: Path, reference: list[list[int]], vllm_cache: Path, tmp_path: Path) -> None:
     """The engine in this process, ``VLLM_PLUGINS`` listing the plugin's and ours, ``MESH_DEVICE`` unset, the
     worker module imported before the general plugins run: only open/close are replaced, the device is a 1x1 host
     mesh, the engine's cleanup at exit walks the model's ``modules()``, and other ``MESH_DEVICE`` values open the
-    meshes the plugin would (tt-models' classes do not run on multi-chip meshes under the plugin yet: README)."""
+    meshes the plugin would."""
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
     report, stdout, stderr = serve(model_dir, tmp_path, vllm_cache, env, import_worker_first=True,
                                    mesh_devices=list(MESHES))

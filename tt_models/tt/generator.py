@@ -29,7 +29,8 @@ class Generator(VllmModelInterface):
     model_capabilities: dict[str, Any] = {}
 
     def __init__(self, models: list[Any], devices: list[Any], max_batch_size: int) -> None:
-        """``models``: one replica per device, each with ``n_layers`` and ``precision``."""
+        """``models``: one replica per device, each with ``n_layers``, ``precision`` and ``kv_geometry``
+        (``(n_kv_heads, head_dim)`` of its KV pools)."""
         self.models = models
         self.devices = devices
         self.max_batch_size = max_batch_size
@@ -64,12 +65,23 @@ class Generator(VllmModelInterface):
     def allocate_kv_cache(self, kv_cache_shape: Sequence[int], dtype: Any = None, num_layers: int | None = None,
                           **kwargs: Any) -> list[list[list[Any]]]:
         """``[replica][layer] -> [K, V]`` in the optimizations profile's dtype (``dtype`` is vLLM's torch
-        dtype, ignored as tt-metal does)."""
+        dtype, ignored as tt-metal does), each ``[num_blocks, n_kv_heads, block_size, head_dim]``.
+
+        Only ``num_blocks`` and ``block_size`` are taken from ``kv_cache_shape``; KV heads and head_dim are the
+        replica's own (``model.kv_geometry``). TT vLLM computes the shape for tensor parallelism,
+        ``kv_heads // min(chips per submesh, kv_heads)``, and tt-metal's tt_transformers
+        (``models/tt_transformers/tt/generator_vllm.py::allocate_vllm_kv_cache``) allocates exactly that shape,
+        replicated over the submesh, because its models shard the KV heads over the chips. A tt-models replica
+        is not tensor-parallel: it holds the whole model on every chip of its (sub)mesh, so each chip needs all
+        KV heads, and the TP shape would break it on any multi-chip (sub)mesh.
+        """
         caches = []
         for model, device in zip(self.models, self.devices):
+            n_kv_heads, head_dim = model.kv_geometry
+            shape = (kv_cache_shape[0], n_kv_heads, kv_cache_shape[2], head_dim)
             with use(device):
                 layers = num_layers or model.n_layers
-                caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device))
+                caches.append(allocate_paged_kv_cache(shape, layers, model.precision.kv_cache, device))
         return caches
 
     # Swap: tt-models' extension of the contract, for an engine that preempts by swapping KV to host memory.

@@ -38,6 +38,11 @@ class Seq2SeqModel:
     def n_layers(self) -> int:
         return self.args.decoder_layers
 
+    @property
+    def kv_geometry(self) -> tuple[int, int]:
+        """``(n_kv_heads, head_dim)`` of the decoder's self and cross pools."""
+        return self.args.n_kv_heads, self.args.head_dim
+
 
 class Seq2SeqGenerator(Generator):
     max_cross_attn_tokens: int

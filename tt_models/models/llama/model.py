@@ -30,6 +30,11 @@ class LlamaModel:
         lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights)
 
+    @property
+    def kv_geometry(self) -> tuple[int, int]:
+        """``(n_kv_heads, head_dim)`` of one chip's KV pools (every chip holds the whole model)."""
+        return self.args.n_kv_heads, self.args.head_dim
+
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                 kv_cache: list[list[Any]]) -> torch.Tensor:
         """Run positions ``start .. end - 1`` of one user's token row; return the logits of position ``end - 1``.

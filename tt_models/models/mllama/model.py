@@ -28,6 +28,11 @@ class MllamaModel:
         self.n_layers = self.text.n_layers
         self.precision = self.text.precision
 
+    @property
+    def kv_geometry(self) -> tuple[int, int]:
+        """``(n_kv_heads, head_dim)`` of the text model's self and cross pools."""
+        return self.text.args.n_kv_heads, self.text.args.head_dim
+
     def vision_tokens(self, image: ImageInput) -> Any:
         """The image's vision tokens in the text width: ``[1, 1, max_num_tiles * patches, dim]``."""
         states = self.vision.forward(image.pixel_values, image.aspect_ratio_id, image.num_tiles)
