@@ -7,6 +7,8 @@ from typing import Literal
 
 from transformers import PretrainedConfig
 
+from tt_models.models.mllama.vision import VisionArgs
+
 _DEFAULT_KV_CACHE_GIB = 1.0  # default pool size when num_kv_blocks is not given
 _BYTES_PER_KV_ELEMENT = 2  # bfloat16 on the device: the pool is sized as the device holds it
 
@@ -39,9 +41,8 @@ def decoder_config(hf_config: PretrainedConfig) -> PretrainedConfig:
 
 def max_encoder_len(hf_config: PretrainedConfig) -> int:
     """Cross-attention positions of one request at most (0: decoder-only)."""
-    if is_image_text(hf_config):
-        vision = hf_config.vision_config
-        return vision.max_num_tiles * ((vision.image_size // vision.patch_size) ** 2 + 1)
+    if is_image_text(hf_config):  # the generator's max_cross_attn_tokens, known before it is built
+        return VisionArgs.from_hf(hf_config.vision_config).vision_tokens
     if not getattr(hf_config, "is_encoder_decoder", False):
         return 0
     if hf_config.model_type == "whisper":
