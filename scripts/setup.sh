@@ -48,13 +48,17 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   touch "$stamp"
 fi
 .venv/bin/python -m tt_models.runtime.mock install
-# espeak-ng speaks the multilingual clips of the language-detection tests (tests/speech).
-if ! command -v espeak-ng >/dev/null 2>&1; then
+# Debian packages: espeak-ng speaks the multilingual clips of the language-detection tests (tests/speech);
+# redis-server is the broker of encoder disaggregation (tests/disagg start their own on a loopback port).
+missing=()
+command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   if command -v apt-get >/dev/null 2>&1 && { [ -z "$sudo" ] || command -v sudo >/dev/null 2>&1; }; then
-    echo "setup: installing espeak-ng"
-    $sudo apt-get update -qq && $sudo apt-get install -y -qq espeak-ng >/dev/null
+    echo "setup: installing ${missing[*]}"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "setup: espeak-ng is missing and cannot be installed here; tests/speech will fail until it is" >&2
+    echo "setup: ${missing[*]} missing and cannot be installed here; tests/speech and tests/disagg need them" >&2
   fi
 fi

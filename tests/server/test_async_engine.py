@@ -32,6 +32,12 @@ class ScriptedEngine:
     def has_unfinished_requests(self):
         return bool(self.requests)
 
+    def set_waker(self, wake):  # no work but steps: nothing wakes the loop
+        pass
+
+    def service(self):
+        return []
+
     def abort_request(self, request_id):
         self.aborted.append(request_id)
         prompt, out = self.requests.pop(request_id)

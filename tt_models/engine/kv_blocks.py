@@ -123,9 +123,12 @@ class KVBlockManager:
 
     def allocate(self, request_id: str, seq_ids: list[int], prompt_len: int,
                  encoder_len: int | None = None) -> None:
-        """The request's cross table (none when ``encoder_len`` is 0 or None) and, for each sequence, a self
-        table holding ``prompt_len`` tokens; the sequences share the prompt's blocks."""
-        if request_id in self._requests:
+        """The request's cross table (none when ``encoder_len`` is 0 or None; the reserved one after
+        ``reserve_cross``) and, for each sequence, a self table holding ``prompt_len`` tokens; the sequences share
+        the prompt's blocks."""
+        reserved = self._requests.get(request_id)
+        if reserved is not None and (reserved.seq_ids or reserved.on_host or reserved.cross is None
+                                     or len(reserved.cross) != self.num_blocks_for(encoder_len or 0)):
             raise ValueError(f"request {request_id!r} is already allocated")
         if not seq_ids or len(set(seq_ids)) != len(seq_ids):
             raise ValueError(f"request {request_id!r}: seq_ids must be distinct and non-empty, got {seq_ids}")
@@ -133,14 +136,34 @@ class KVBlockManager:
             if seq_id in self._seqs:
                 raise ValueError(f"sequence {seq_id} is already allocated (request "
                                  f"{self._seqs[seq_id].request_id!r})")
-        need = self._allocate_cost(prompt_len, encoder_len)
+        need = self._allocate_cost(prompt_len, None if reserved else encoder_len)
         if need > self.num_free_blocks:
             raise RuntimeError(f"allocate {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
         table = [self._device.take(refs=len(seq_ids)) for _ in range(self.num_blocks_for(prompt_len))]
-        cross = [self._device.take() for _ in range(self.num_blocks_for(encoder_len))] if encoder_len else None
-        self._requests[request_id] = _Request(set(seq_ids), cross)
+        if reserved is not None:  # the cross blocks reserved for it (its encoder ran elsewhere)
+            reserved.seq_ids = set(seq_ids)
+        else:
+            cross = [self._device.take() for _ in range(self.num_blocks_for(encoder_len))] if encoder_len else None
+            self._requests[request_id] = _Request(set(seq_ids), cross)
         for seq_id in seq_ids:
             self._seqs[seq_id] = _Seq(request_id, prompt_len, list(table))
+
+    def reserve_cross(self, request_id: str, encoder_len: int) -> list[int]:
+        """Cross blocks for a request not allocated yet, whose encoder states arrive first (encoder
+        disaggregation); its ``allocate`` later takes them. ``free_cross`` gives them back unused."""
+        if request_id in self._requests:
+            raise ValueError(f"request {request_id!r} is already allocated")
+        need = self.num_blocks_for(encoder_len)
+        if not 0 < need <= self.num_free_blocks:
+            raise RuntimeError(f"reserve_cross {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
+        cross = [self._device.take() for _ in range(need)]
+        self._requests[request_id] = _Request(set(), cross)
+        return list(cross)
+
+    def has_cross(self, request_id: str) -> bool:
+        """Whether the request holds cross blocks (allocated with an encoder, or reserved)."""
+        request = self._requests.get(request_id)
+        return request is not None and request.cross is not None
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self._append_cost(self._resident_seq(seq_id), num_tokens)[0] <= self.num_free_blocks

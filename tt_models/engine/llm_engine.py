@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,6 +57,8 @@ class LLMEngine:
         self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
                                   generator=generator)
         self.requests: dict[str, Request] = {}
+        # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
+        self.encoder_inbox: Any = None
         self._seq_ids = itertools.count()
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
@@ -64,7 +67,20 @@ class LLMEngine:
         return cls(load_hf_checkpoint(model), config, **kwargs)
 
     def close(self) -> None:
+        if self.encoder_inbox is not None:
+            self.encoder_inbox.stop()
         self.runner.close()
+
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        """``wake()`` makes the caller's loop run :meth:`service` soon (called from other threads)."""
+        if self.encoder_inbox is not None:
+            self.encoder_inbox.connector.wake = wake
+
+    def service(self) -> list[RequestOutput]:
+        """Work between model steps that produces no tokens: encoder outputs received from encode instances."""
+        if self.encoder_inbox is not None:
+            self.encoder_inbox.poll()
+        return []
 
     # Requests.
 
@@ -97,6 +113,9 @@ class LLMEngine:
         queue_limit = self.config.max_num_waiting
         if queue_limit is not None and len(self.scheduler.waiting) >= queue_limit:
             raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
+        if (self.encoder_inbox is not None and inputs.encoder_len
+                and self.encoder_inbox.claim(request_id, inputs.encoder_len)):
+            request.encoder_cached = True  # an encode instance's output is in its reserved cross blocks
         request.seqs.append(self._new_seq(request, 0))
         self.requests[request_id] = request
         self.scheduler.add(request)
@@ -121,6 +140,7 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One model step; returns the outputs of every request that advanced (finished ones included)."""
+        self.service()
         out = self.scheduler.schedule()
         for seq in out.preempted:
             self.runner.remove(seq)

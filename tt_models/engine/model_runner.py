@@ -156,6 +156,11 @@ class ModelRunner:
             request.vision_masks = (mask, text_row)
         return logits
 
+    def write_cross(self, states: torch.Tensor, cross_blocks: list[int], encoder_len: int) -> None:
+        """One request's encoder states, computed elsewhere, into its cross blocks (``write_cross_kv``)."""
+        self.model.write_cross_kv(self.kv_cache, [states], torch.tensor([cross_blocks], dtype=torch.int32),
+                                  [encoder_len])
+
     def execute_swaps(self, out: SchedulerOutput) -> None:
         """Swap-outs first: their device blocks may be the ones a swap-in or this step writes next."""
         if out.swap_out:

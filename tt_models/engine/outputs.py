@@ -63,3 +63,5 @@ class RequestOutput:
     encoder_prompt_token_ids: list[int] | None = None
     num_cached_tokens: int = 0
     kv_transfer_params: None = field(default=None, repr=False)
+    # tt-models: the request failed on its way (an encoder output lost between instances); its stream raises it.
+    error: BaseException | None = field(default=None, repr=False)

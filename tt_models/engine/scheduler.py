@@ -86,11 +86,11 @@ class Scheduler:
             self.swapped.remove(request)
         elif request.status is RequestStatus.WAITING:
             self.waiting.remove(request)
-        if request.status is not RequestStatus.WAITING:  # a waiting request holds no blocks
+        if request.status is not RequestStatus.WAITING:
             for seq in request.live_seqs:
                 self.kv.free(seq.seq_id)
-            if request.encoder_len:
-                self.kv.free_cross(request.request_id)
+        if self.kv.has_cross(request.request_id):  # a waiting request holds none, or reserved ones
+            self.kv.free_cross(request.request_id)
         request.status = RequestStatus.FINISHED
 
     # Steps.
@@ -168,8 +168,8 @@ class Scheduler:
         if self._slots_used() + request.num_slots > self.config.max_num_seqs:
             return False
         prompt_len = len(request.inputs.prompt_token_ids)
-        need = self.kv.num_blocks_for(request.encoder_len) + sum(self.kv.num_blocks_for(len(s.token_ids))
-                                                                 for s in seqs)
+        cross = 0 if self.kv.has_cross(request.request_id) else self.kv.num_blocks_for(request.encoder_len)
+        need = cross + sum(self.kv.num_blocks_for(len(s.token_ids)) for s in seqs)
         if need > self.kv.num_free_blocks:
             return False
         self.kv.allocate(request.request_id, [s.seq_id for s in seqs], prompt_len, request.encoder_len or None)

@@ -10,26 +10,36 @@ from typing import Annotated
 
 from fastapi import FastAPI, File, Form, Request, Response, UploadFile
 
+from tt_models.disagg.encode_engine import EncodeEngine
+from tt_models.disagg.metrics import DisaggState
+from tt_models.disagg.routing import Role
+from tt_models.engine.config import uses_cross_attention
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.server.async_engine import AsyncEngine
 from tt_models.server.chat import create_chat_completion
 from tt_models.server.completions import create_completion
 from tt_models.server.errors import APIError, install_error_handlers
 from tt_models.server.metrics import ServerMetrics
+from tt_models.server.request_context import RequestContext
 from tt_models.server.protocol import (AudioResponseFormat, ChatCompletionRequest, CompletionRequest, ModelCard,
                                        ModelList)
 from tt_models.server.transcriptions import AudioRequest, create_transcription
 
 
-def create_app(engines: Mapping[str, LLMEngine], *, close_engines: bool = False) -> FastAPI:
+def create_app(engines: Mapping[str, LLMEngine | EncodeEngine], *, close_engines: bool = False, role: Role = "both",
+               instance: str | None = None) -> FastAPI:
     """An app serving ``engines`` under their names (the ``model`` of requests).
 
     The engine loops start and stop with the app (its lifespan). ``close_engines``: the app owns the engines
-    and closes them (their devices) at shutdown; otherwise they stay the caller's.
+    and closes them (their devices) at shutdown; otherwise they stay the caller's. ``role`` and ``instance`` (its
+    name on the broker) describe an instance of a disaggregated deployment (``tt_models.disagg``): an encode
+    instance serves :class:`EncodeEngine` objects.
     """
     if not engines:
         raise ValueError("create_app needs at least one engine")
     metrics = ServerMetrics(engines)
+    if role != "both":
+        metrics.registry.register(DisaggState(engines))
     served = {name: AsyncEngine(engine, on_finished=partial(metrics.observe, name)) for name, engine in engines.items()}
     created = int(time.time())
 
@@ -48,6 +58,7 @@ def create_app(engines: Mapping[str, LLMEngine], *, close_engines: bool = False)
     app = FastAPI(title="tt-models", summary="OpenAI-compatible API over tt-models' engine", lifespan=lifespan)
     app.state.engines = served
     app.state.metrics = metrics
+    app.add_middleware(RequestContext)
     install_error_handlers(app)
 
     def engine_for(model: str) -> AsyncEngine:
@@ -62,6 +73,14 @@ def create_app(engines: Mapping[str, LLMEngine], *, close_engines: bool = False)
         if dead:
             raise APIError(503, f"The engine loop of {dead} is not running")
         return Response(status_code=200)
+
+    @app.get("/disagg/info")
+    async def disagg_info() -> dict:
+        """What a proxy needs to know of this instance: its role, its name on the broker, and which models take
+        encoder inputs."""
+        return {"role": role, "instance": instance,
+                "models": {name: {"encoder": uses_cross_attention(engine.engine.checkpoint.config)}
+                           for name, engine in served.items()}}
 
     @app.get("/metrics")
     async def prometheus() -> Response:

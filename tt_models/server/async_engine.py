@@ -9,6 +9,7 @@ blocks on the command queue, so an idle server costs nothing.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import queue
 import threading
@@ -81,6 +82,7 @@ class AsyncEngine:
     # Any thread.
 
     def start(self) -> None:
+        self.engine.set_waker(partial(self._commands.put, self._service))
         self._running = True
         self._thread.start()
 
@@ -106,7 +108,10 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue = asyncio.Queue()
         accepted = loop.create_future()
-        self._commands.put(partial(self._add, loop, outputs, accepted, request_id, prompt, params,
+        # The engine adds it in this task's context: what the server knows of the HTTP request (the encode
+        # instance's target in tt_models.disagg.routing) reaches the engine.
+        context = contextvars.copy_context()
+        self._commands.put(partial(context.run, self._add, loop, outputs, accepted, request_id, prompt, params,
                                    dict(language=language, task=task, previous_text=previous_text)))
         await accepted
         return RequestStream(request_id, outputs, self.abort)
@@ -161,8 +166,15 @@ class AsyncEngine:
             self._finished(output)
 
     def _step(self) -> None:
+        self._run_engine(self.engine.step)
+
+    def _service(self) -> None:
+        """Engine work that is not a model step (encoder outputs received, transfer notices): woken by the engine."""
+        self._run_engine(self.engine.service)
+
+    def _run_engine(self, work: Callable[[], list[RequestOutput]]) -> None:
         try:
-            outputs = self.engine.step()
+            outputs = work()
         except Exception as error:  # fail the requests, not the server
             logger.exception("engine step failed; ending its %d requests", len(self._streams))
             self._fail_all(EngineFailed(f"the engine failed: {type(error).__name__}: {error}"))
@@ -172,7 +184,8 @@ class AsyncEngine:
             if output.finished:
                 self._streams.pop(output.request_id, None)
                 self._finished(output)
-            if target is not None and not _call(target[0], target[1].put_nowait, output) and not output.finished:
+            item = output if output.error is None else output.error
+            if target is not None and not _call(target[0], target[1].put_nowait, item) and not output.finished:
                 self._abort(output.request_id)  # its event loop is gone
 
     def _fail_all(self, error: EngineFailed) -> None:

@@ -1,13 +1,20 @@
-"""The ``tt-models`` command: ``tt-models serve MODEL [MODEL ...]`` runs the OpenAI-compatible server."""
+"""The ``tt-models`` command: ``tt-models serve MODEL [MODEL ...]`` runs the OpenAI-compatible server (``--role``
+makes it an instance of a disaggregated deployment); ``tt-models proxy`` runs that deployment's front."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 from collections.abc import Sequence
 
 import uvicorn
 
+from tt_models.disagg.broker import Broker
+from tt_models.disagg.encode_engine import EncodeEngine
+from tt_models.disagg.prefill_decode import attach_encoder_inbox
+from tt_models.disagg.proxy import Proxy, create_proxy_app
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.server.app import create_app
@@ -39,7 +46,29 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=["ttnn", "mock", "host"],
                        help="where TT-NN runs (default: a TT device if present, else the host backend)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    disagg = serve.add_argument_group("encoder disaggregation", "an instance of a deployment behind `tt-models proxy`")
+    disagg.add_argument("--role", choices=["both", "encode", "prefill_decode"], default="both",
+                        help="encode: run encoders only; prefill_decode: decode with encoder outputs received through "
+                             "the broker; both: everything here (default)")
+    disagg.add_argument("--broker", help="the broker of encode and prefill-decode instances: redis://HOST:PORT")
+    disagg.add_argument("--instance-name", help="this instance's name on the broker (default: role-host-port-pid)")
+    disagg.add_argument("--transfer-timeout", type=float, default=30.0,
+                        help="seconds an encoder output may take between the instances before its request fails and "
+                             "its blocks are freed")
     serve.set_defaults(run=serve_command)
+
+    proxy = commands.add_parser("proxy", help="the OpenAI-compatible front of encode and prefill-decode instances",
+                                description="Send encoder-decoder requests to an encode instance, then to a "
+                                            "prefill-decode instance; decoder-only requests to a prefill-decode "
+                                            "instance (least outstanding requests).")
+    proxy.add_argument("--encode", nargs="+", required=True, metavar="URL", help="encode instances")
+    proxy.add_argument("--prefill-decode", nargs="+", required=True, metavar="URL", help="prefill-decode instances")
+    proxy.add_argument("--host", default="127.0.0.1")
+    proxy.add_argument("--port", type=int, default=8000)
+    proxy.add_argument("--encode-timeout", type=float, default=300.0,
+                       help="seconds an encode instance may take for a request before the client gets 504")
+    proxy.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    proxy.set_defaults(run=proxy_command)
     return parser
 
 
@@ -52,12 +81,23 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, block_size=args.block_size,
                           num_kv_blocks=args.num_kv_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_num_waiting=args.max_num_waiting)
-    engines: dict[str, LLMEngine] = {}
+    role = getattr(args, "role", "both")
+    if (role != "both") != bool(getattr(args, "broker", None)):
+        raise SystemExit("--broker redis://HOST:PORT is what --role encode / prefill_decode need, and only they")
+    engines: dict[str, LLMEngine | EncodeEngine] = {}
     try:
         for name, model in zip(names, args.model):
-            logger.info("loading %s as %r", model, name)
-            engines[name] = LLMEngine.from_model(model, config, backend=args.backend,
-                                                 optimizations=args.optimizations)
+            logger.info("loading %s as %r (%s)", model, name, role)
+            kwargs = dict(backend=args.backend, optimizations=args.optimizations)
+            if role == "encode":
+                broker = Broker(args.broker, args.instance_name, name)
+                engines[name] = EncodeEngine.from_model(model, config, broker, transfer_timeout=args.transfer_timeout,
+                                                        **kwargs)
+                continue
+            engines[name] = LLMEngine.from_model(model, config, **kwargs)
+            if role == "prefill_decode" and engines[name].runner.uses_cross:
+                attach_encoder_inbox(engines[name], Broker(args.broker, args.instance_name, name),
+                                     timeout=args.transfer_timeout)
     except BaseException:
         for engine in engines.values():
             engine.close()
@@ -69,8 +109,16 @@ def serve_command(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The app closes the engines at shutdown: after a graceful shutdown uvicorn re-raises the signal that
     # stopped it, so code after ``uvicorn.run`` never runs then.
-    app = create_app(build_engines(args), close_engines=True)
+    if args.role != "both" and not args.instance_name:
+        args.instance_name = f"{args.role}-{socket.gethostname()}-{args.port}-{os.getpid()}"
+    app = create_app(build_engines(args), close_engines=True, role=args.role, instance=args.instance_name)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def proxy_command(args: argparse.Namespace) -> None:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    proxy = Proxy(args.encode, args.prefill_decode, encode_timeout=args.encode_timeout)
+    uvicorn.run(create_proxy_app(proxy), host=args.host, port=args.port, log_level=args.log_level)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -15,12 +15,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from tt_models.disagg.routing import TransferError
+from tt_models.server.async_engine import EngineFailed
 from tt_models.server.protocol import ErrorInfo, ErrorResponse
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
-          503: "server_error"}
+_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error"}
 
 
 class APIError(Exception):
@@ -33,6 +34,18 @@ class APIError(Exception):
 
     def body(self) -> ErrorResponse:
         return ErrorResponse(error=self.info)
+
+
+def as_api_error(error: Exception) -> APIError:
+    """What the client is told of a failure: a lost encoder output is the upstream's (502), a failed engine step
+    the server's (503), anything else an internal error (500)."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, TransferError):
+        return APIError(502, str(error), code="encoder_transfer_failed")
+    if isinstance(error, EngineFailed):
+        return APIError(503, str(error), code="engine_failed")
+    return APIError(500, f"Internal server error: {type(error).__name__}: {error}")
 
 
 def error_response(error: APIError) -> JSONResponse:
@@ -79,5 +92,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception) -> JSONResponse:
-        logger.exception("unhandled error in %s %s", request.method, request.url.path)
-        return error_response(APIError(500, f"Internal server error: {type(error).__name__}: {error}"))
+        if not isinstance(error, (TransferError, EngineFailed)):
+            logger.exception("unhandled error in %s %s", request.method, request.url.path)
+        return error_response(as_api_error(error))

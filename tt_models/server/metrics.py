@@ -34,7 +34,9 @@ class _EngineState(Collector):
                                    labels=_LABELS)
         total = GaugeMetricFamily("tt_models:kv_blocks_total", "Device KV blocks in the pool.", labels=_LABELS)
         for name, engine in self.engines.items():
-            scheduler = engine.scheduler
+            scheduler = getattr(engine, "scheduler", None)
+            if scheduler is None:  # an encode instance's engine: no KV cache (tt_models.disagg.metrics has its queues)
+                continue
             for state, family in states.items():
                 family.add_metric([name], len(getattr(scheduler, state)))
             in_use.add_metric([name], engine.config.num_kv_blocks - scheduler.kv.num_free_blocks)

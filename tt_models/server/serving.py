@@ -15,14 +15,16 @@ from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors
 from tt_models.server.protocol import Usage
+from tt_models.server.request_context import request_id
 from tt_models.server.streaming import final_outputs, unless_disconnected
 
 CLIENT_CLOSED = 499  # nginx's status for a client that left: nobody reads it, but logs show it
 
 
 def new_id(prefix: str) -> tuple[str, int]:
-    """A response id and its creation time (Unix seconds)."""
-    return f"{prefix}-{uuid.uuid4().hex}", int(time.time())
+    """A response id and its creation time (Unix seconds); from the client's ``X-Request-Id`` when it sent one
+    (the proxy of a disaggregated deployment does: the ids then match on every instance)."""
+    return f"{prefix}-{request_id.get() or uuid.uuid4().hex}", int(time.time())
 
 
 async def submit(engine: AsyncEngine, response_id: str, prompts: Sequence[PromptType], params: SamplingParams,

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from tt_models.engine.outputs import CompletionOutput, RequestOutput
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import RequestStream
-from tt_models.server.errors import APIError
+from tt_models.server.errors import as_api_error
 
 T = TypeVar("T")
 
@@ -26,9 +26,7 @@ def sse(body: BaseModel) -> str:
 
 def sse_error(error: Exception) -> str:
     """An error after the stream began (the status is sent already): OpenAI clients raise on this event."""
-    if not isinstance(error, APIError):
-        error = APIError(500, f"{type(error).__name__}: {error}")
-    return sse(error.body())
+    return sse(as_api_error(error).body())
 
 
 def event_stream(events: AsyncIterator[str]) -> StreamingResponse:

@@ -1,0 +1,216 @@
+"""The engine of an encode instance: requests in, encoders run, encoder states out to prefill-decode instances.
+
+It has no KV cache. Requests are processed exactly as a prefill-decode instance processes them (the same
+``InputProcessor``, so bad input is refused here with the same error), then encoded first come first served, up
+to ``max_num_seqs`` per ``encode_forward`` call. For each request it sends the metadata to the prefill-decode
+instance the proxy chose, waits for the allocation notice, sends the states, waits for the injection notice and
+ends the request with an empty output (that end tells the proxy to send the request on). A request without an
+encoder input (a text-only request to an image+text model) ends at once.
+
+It serves the same interface as :class:`~tt_models.engine.llm_engine.LLMEngine` to the server's engine loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import torch
+
+from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
+from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError
+from tt_models.disagg.connector import Connector
+from tt_models.disagg.routing import TransferError, prefill_decode_target
+from tt_models.engine.config import EngineConfig, decoder_config, max_encoder_len
+from tt_models.engine.inputs import InputProcessor, ProcessedInputs, PromptType
+from tt_models.engine.model_runner import generator_class
+from tt_models.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from tt_models.engine.sampling import SamplingParams
+from tt_models.runtime import close_device, open_device
+
+
+class Stage(enum.Enum):
+    WAITING = "waiting"  # to be encoded
+    AWAITING_ALLOCATION = "awaiting_allocation"
+    AWAITING_INJECTION = "awaiting_injection"
+
+
+class EncodeRequest:
+    def __init__(self, request_id: str, inputs: ProcessedInputs, target: str, arrival_time: float) -> None:
+        self.request_id = request_id
+        self.inputs = inputs
+        self.target = target
+        self.stage = Stage.WAITING
+        self.states: torch.Tensor | None = None
+        self.deadline = float("inf")
+        self.metrics = RequestMetrics(arrival_time)
+
+    def output(self, error: BaseException | None = None) -> RequestOutput:
+        self.metrics.finished_time = time.monotonic()
+        inputs = self.inputs
+        return RequestOutput(self.request_id, inputs.prompt, list(inputs.prompt_token_ids), None,
+                             [CompletionOutput(0, "", [], None, None, "abort" if error else "stop")], True,
+                             self.metrics, inputs.encoder_prompt,
+                             None if inputs.encoder_prompt_token_ids is None else list(inputs.encoder_prompt_token_ids),
+                             error=error)
+
+
+class EncodeEngine:
+    """``allocation_timeout``: how long a request waits for a prefill-decode pool to make room (long: waiting is
+    backpressure, not failure); ``transfer_timeout``: how long for the injection notice once the states are sent."""
+
+    def __init__(self, checkpoint: Checkpoint, config: EngineConfig, broker: Broker, *, backend: str | None = None,
+                 optimizations: str | None = None, allocation_timeout: float = 600.0,
+                 transfer_timeout: float = 30.0) -> None:
+        hf_config = checkpoint.config
+        self.checkpoint = checkpoint
+        self.tokenizer = checkpoint.tokenizer
+        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
+        self.config = config.resolve(hf_config, max_encoder_len(hf_config))
+        self.processor = InputProcessor(hf_config, self.tokenizer, processor=checkpoint.processor,
+                                        generation_config=checkpoint.generation_config,
+                                        max_model_len=self.config.max_model_len)
+        self.vocab_size = decoder_config(hf_config).vocab_size
+        cls = generator_class(hf_config)
+        if not (hasattr(cls, "encode_forward") and hasattr(cls, "write_cross_kv")):
+            raise ValueError(f"{cls.__name__} cannot run on an encode instance: it has no encode_forward / "
+                             "write_cross_kv")
+        self.device = open_device(backend)
+        self.model = cls.from_state_dict(hf_config, checkpoint.state_dict, self.device, self.config.max_num_seqs,
+                                         max_seq_len=self.config.max_model_len, optimizations=optimizations)
+        self.broker = broker
+        self.connector = Connector(broker, ("allocated", "injected"))
+        self.allocation_timeout = allocation_timeout
+        self.transfer_timeout = transfer_timeout
+        self.requests: dict[str, EncodeRequest] = {}
+        self.waiting: deque[EncodeRequest] = deque()
+        self._done: list[RequestOutput] = []  # ended without a model step (no encoder input, refused, failed)
+        self.stats = {"encode_steps": 0, "encoded": 0}
+        self.connector.start()
+
+    @classmethod
+    def from_model(cls, model: str, config: EngineConfig, broker: Broker, **kwargs: Any) -> EncodeEngine:
+        return cls(load_hf_checkpoint(model), config, broker, **kwargs)
+
+    def close(self) -> None:
+        self.connector.stop()
+        close_device(self.device)
+
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        self.connector.wake = wake
+
+    def num_in_stage(self, stage: Stage) -> int:
+        return sum(r.stage is stage for r in self.requests.values())
+
+    # Requests.
+
+    def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams | None = None, *,
+                    arrival_time: float | None = None, language: str | None = None, task: str | None = None,
+                    previous_text: str | None = None, target: str | None = None) -> EncodeRequest:
+        """Queue a request whose decoder runs on the prefill-decode instance ``target`` (default: the one the
+        proxy named for the HTTP request being served). Raises ValueError as ``LLMEngine.add_request`` does."""
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+        params.verify(self.processor.vocab_size, None if self.tokenizer is None else len(self.tokenizer))
+        target = target or prefill_decode_target.get()
+        if not target:
+            raise ValueError("an encode instance serves requests through the proxy (tt-models proxy), which names "
+                             "their prefill-decode instance")
+        inputs = self.processor.process(prompt, language=language, task=task, previous_text=previous_text)
+        request = EncodeRequest(request_id, inputs, target, time.monotonic() if arrival_time is None else arrival_time)
+        self.requests[request_id] = request
+        if inputs.encoder_input is None:
+            self._end(request)
+        else:
+            self.waiting.append(request)
+        return request
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """End a request wherever it is. A reservation it left on a prefill-decode instance expires there."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        if request.stage is Stage.WAITING and request in self.waiting:
+            self.waiting.remove(request)
+        output = request.output()
+        output.outputs[0].finish_reason = "abort"
+        return output
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether there is work for :meth:`step`; requests that only wait for notices need :meth:`service`."""
+        return bool(self.waiting or self._done)
+
+    # Steps.
+
+    def step(self) -> list[RequestOutput]:
+        batch = []
+        while self.waiting and len(batch) < self.config.max_num_seqs:
+            batch.append(self.waiting.popleft())
+        if batch:
+            states = self.model.encode_forward([r.inputs.encoder_input for r in batch])
+            self.stats["encode_steps"] += 1
+            self.stats["encoded"] += len(batch)
+            for request, tensor in zip(batch, states):
+                request.metrics.first_scheduled_time = time.monotonic()
+                self._announce(request, tensor)
+        return self.service()
+
+    def service(self) -> list[RequestOutput]:
+        """Act on the notices received, and fail requests whose notice is overdue."""
+        for channel, message in self.connector.messages():
+            if isinstance(message, PayloadError):
+                continue  # a malformed notice names no request we could fail
+            self._notice(channel, message)
+        now = time.monotonic()
+        for request in list(self.requests.values()):
+            if request.deadline <= now:
+                waited = "an allocation" if request.stage is Stage.AWAITING_ALLOCATION else "an injection"
+                self._fail(request, f"no {waited} notice from prefill-decode instance {request.target!r} within "
+                                    f"{self.allocation_timeout if waited == 'an allocation' else self.transfer_timeout:.0f} s")
+        done, self._done = self._done, []
+        return done
+
+    def _announce(self, request: EncodeRequest, tensor: torch.Tensor) -> None:
+        states = tensor.to(torch.bfloat16)
+        metadata = Metadata(request.request_id, self.broker.instance, request.inputs.encoder_len, tuple(states.shape),
+                            WIRE_DTYPE)
+        request.states = states
+        request.stage = Stage.AWAITING_ALLOCATION
+        request.deadline = time.monotonic() + self.allocation_timeout
+        self._send(request, lambda: self.broker.send_metadata(request.target, metadata))
+
+    def _notice(self, channel: str, notice: Notice) -> None:
+        request = self.requests.get(notice.request_id)
+        expected = Stage.AWAITING_ALLOCATION if channel == "allocated" else Stage.AWAITING_INJECTION
+        if request is None or request.stage is not expected:
+            return  # aborted or failed meanwhile
+        if notice.error is not None:
+            self._fail(request, f"prefill-decode instance {request.target!r} refused it: {notice.error}")
+        elif channel == "allocated":
+            request.stage = Stage.AWAITING_INJECTION
+            request.deadline = time.monotonic() + self.transfer_timeout
+            states, request.states = request.states, None
+            self._send(request, lambda: self.broker.send_states(request.target, request.request_id, states))
+        else:
+            self._end(request)
+
+    def _send(self, request: EncodeRequest, send: Callable[[], None]) -> None:
+        try:
+            send()
+        except redis.RedisError as error:
+            self._fail(request, f"the broker is unreachable: {error}")
+
+    def _end(self, request: EncodeRequest) -> None:
+        self.requests.pop(request.request_id, None)
+        self._done.append(request.output())
+
+    def _fail(self, request: EncodeRequest, reason: str) -> None:
+        self.requests.pop(request.request_id, None)
+        self._done.append(request.output(TransferError(f"request {request.request_id!r}: {reason}")))

@@ -1,0 +1,174 @@
+"""The prefill-decode side of encoder disaggregation: encoder outputs in, cross blocks written, requests served.
+
+For each request an encode instance announces (metadata), the inbox reserves the request's cross blocks in the
+KV pool, first come first served and only when the pool has room for them plus one request's self blocks
+(backpressure: the encode instance waits, nothing is dropped, and the requests already admitted can always
+finish), then notifies the encode instance. When the states arrive it checks them against the metadata, writes
+their cross K/V into the reserved blocks with the generator's ``write_cross_kv`` and notifies again. The request
+itself arrives afterwards (the proxy sends it once the encode instance is done) under the same id: the engine
+claims its blocks and runs it with ``encoder_inputs[i] = None``.
+
+A reservation whose states do not come within ``timeout`` seconds, and written blocks that no request claims
+within ``timeout``, are freed (the encode instance died, the broker restarted, the proxy gave up). Everything runs
+on the engine thread (``poll``); the connector thread only receives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError, States
+from tt_models.disagg.connector import Connector
+from tt_models.engine.kv_blocks import KVBlockManager
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Reservation:
+    metadata: Metadata
+    deadline: float
+    written: bool = False
+
+
+@dataclass
+class InboxStats:
+    injected: int = 0
+    refused: int = 0
+    expired: int = 0
+    claimed: int = 0
+    refusals: deque[str] = field(default_factory=lambda: deque(maxlen=16))  # the latest reasons, for logs and tests
+
+
+class EncoderInbox:
+    """``writer(states, cross_blocks, encoder_len)`` writes one request's cross K/V (the model runner's)."""
+
+    def __init__(self, broker: Broker, kv: KVBlockManager, writer: Any, *, max_encoder_len: int, dim: int,
+                 headroom_blocks: int, timeout: float = 30.0) -> None:
+        self.broker = broker
+        self.kv = kv
+        self.writer = writer
+        self.max_encoder_len = max_encoder_len
+        self.dim = dim
+        self.headroom_blocks = headroom_blocks
+        self.timeout = timeout
+        self.connector = Connector(broker, ("metadata", "states"))
+        self.pending: deque[Metadata] = deque()  # announced, waiting for room in the pool
+        self.reserved: dict[str, _Reservation] = {}  # blocks reserved, states not written yet / not claimed yet
+        self.stats = InboxStats()
+
+    def start(self) -> None:
+        self.connector.start()
+
+    def stop(self) -> None:
+        self.connector.stop()
+
+    @property
+    def num_awaiting_states(self) -> int:
+        return sum(not r.written for r in self.reserved.values())
+
+    @property
+    def num_unclaimed(self) -> int:
+        return sum(r.written for r in self.reserved.values())
+
+    # The engine thread.
+
+    def claim(self, request_id: str, encoder_len: int) -> bool:
+        """Whether the request's cross blocks hold its encoder output already (its ``allocate`` takes them)."""
+        reservation = self.reserved.get(request_id)
+        if reservation is None or not reservation.written or reservation.metadata.encoder_len != encoder_len:
+            return False
+        del self.reserved[request_id]
+        self.stats.claimed += 1
+        return True
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for channel, message in self.connector.messages():
+            if isinstance(message, PayloadError):
+                self._refuse(message.request_id, str(message))
+            elif channel == "metadata":
+                self._announce(message)
+            else:
+                self._inject(message)
+        self._expire(now)
+        self._reserve(now)
+
+    def _announce(self, metadata: Metadata) -> None:
+        problem = None
+        if metadata.dtype != WIRE_DTYPE:
+            problem = f"dtype {metadata.dtype}; the wire dtype is {WIRE_DTYPE}"
+        elif metadata.shape != (metadata.encoder_len, self.dim):
+            problem = f"shape {list(metadata.shape)} for encoder_len {metadata.encoder_len}; expected " \
+                      f"[{metadata.encoder_len}, {self.dim}]"
+        elif not 0 < metadata.encoder_len <= self.max_encoder_len:
+            problem = f"encoder_len {metadata.encoder_len} outside 1..{self.max_encoder_len}"
+        elif metadata.request_id in self.reserved or self.kv.has_cross(metadata.request_id):
+            problem = "the request id is in use"
+        if problem is not None:
+            self._notify(metadata.sender, "allocated", metadata.request_id, f"refused metadata: {problem}")
+            return
+        self.pending.append(metadata)
+
+    def _reserve(self, now: float) -> None:
+        while self.pending:
+            metadata = self.pending[0]
+            need = self.kv.num_blocks_for(metadata.encoder_len)
+            if need + self.headroom_blocks > self.kv.num_free_blocks:
+                return  # FCFS: later announcements wait behind this one
+            self.pending.popleft()
+            self.kv.reserve_cross(metadata.request_id, metadata.encoder_len)
+            self.reserved[metadata.request_id] = _Reservation(metadata, now + self.timeout)
+            self._notify(metadata.sender, "allocated", metadata.request_id)
+
+    def _inject(self, states: States) -> None:
+        reservation = self.reserved.get(states.request_id)
+        if reservation is None or reservation.written:
+            self.stats.refused += 1
+            logger.warning("encoder states for %r, which has no reservation (expired?): dropped", states.request_id)
+            return
+        metadata = reservation.metadata
+        if tuple(states.tensor.shape) != metadata.shape:
+            self._refuse(states.request_id, f"states of shape {list(states.tensor.shape)}; the metadata said "
+                                            f"{list(metadata.shape)}")
+            return
+        try:
+            self.writer(states.tensor.to(torch.float32), self.kv.cross_table(states.request_id), metadata.encoder_len)
+        except Exception as error:  # a model that cannot take them: refuse this request, keep serving
+            logger.exception("write_cross_kv failed for %r", states.request_id)
+            self._refuse(states.request_id, f"write_cross_kv failed: {type(error).__name__}: {error}")
+            return
+        reservation.written = True
+        reservation.deadline = time.monotonic() + self.timeout  # now the request itself has this long to come
+        self.stats.injected += 1
+        self._notify(metadata.sender, "injected", states.request_id)
+
+    def _refuse(self, request_id: str | None, reason: str) -> None:
+        self.stats.refused += 1
+        self.stats.refusals.append(reason)
+        logger.warning("refused encoder output%s: %s", f" of {request_id!r}" if request_id else "", reason)
+        reservation = self.reserved.pop(request_id, None) if request_id is not None else None
+        if reservation is not None:
+            self.kv.free_cross(request_id)
+            self._notify(reservation.metadata.sender, "injected", request_id, reason)
+
+    def _expire(self, now: float) -> None:
+        for request_id, reservation in list(self.reserved.items()):
+            if reservation.deadline <= now:
+                del self.reserved[request_id]
+                self.kv.free_cross(request_id)
+                self.stats.expired += 1
+                logger.warning("encoder output of %r %s within %.0f s: its cross blocks are free again", request_id,
+                               "was not claimed" if reservation.written else "did not arrive", self.timeout)
+
+    def _notify(self, target: str, channel: str, request_id: str, error: str | None = None) -> None:
+        try:
+            self.broker.send_notice(target, channel, Notice(request_id, error))
+        except Exception as failure:  # the broker is down: the encode instance times out on its side
+            logger.warning("could not send the %s notice of %r: %s", channel, request_id, failure)

@@ -1,0 +1,24 @@
+"""A prefill-decode instance: an ``LLMEngine`` whose encoder outputs may come from encode instances."""
+
+from __future__ import annotations
+
+from tt_models.disagg.broker import Broker
+from tt_models.disagg.inbox import EncoderInbox
+from tt_models.engine.llm_engine import LLMEngine
+
+
+def attach_encoder_inbox(engine: LLMEngine, broker: Broker, *, timeout: float = 30.0) -> EncoderInbox:
+    """Receive encoder outputs for ``engine`` through ``broker``. Requests whose output arrived run without their
+    encoder; the others (sent to this instance directly) still run it here."""
+    if not engine.runner.uses_cross or not hasattr(engine.runner.model, "write_cross_kv"):
+        raise ValueError(f"{engine.checkpoint.config.model_type} has no encoder outputs to receive: a "
+                         "prefill-decode instance serves encoder-decoder models (decoder-only ones need no encode "
+                         "instance)")
+    config = engine.config
+    kv = engine.scheduler.kv
+    inbox = EncoderInbox(broker, kv, engine.runner.write_cross, max_encoder_len=engine.runner.model.max_cross_attn_tokens,
+                         dim=engine.checkpoint.config.d_model, headroom_blocks=kv.num_blocks_for(config.max_model_len),
+                         timeout=timeout)
+    engine.encoder_inbox = inbox
+    inbox.start()
+    return inbox

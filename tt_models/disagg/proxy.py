@@ -1,0 +1,220 @@
+"""``tt-models proxy``: the OpenAI-compatible front of a disaggregated deployment.
+
+It serves the routes of ``tt-models serve`` (streaming included) and sends each request on: a request for a model
+that takes encoder inputs (Whisper, BART, Llama 3.2 Vision) first to an encode instance, naming the
+prefill-decode instance it chose, then, once the encode instance has handed the encoder output over, to that
+prefill-decode instance, whose response (a stream or not) goes back to the client as it comes. Decoder-only
+requests go straight to a prefill-decode instance. Instances are picked by least outstanding requests.
+
+Failures: the encode instance's refusal of a bad request is the client's answer (its 4xx); an encode instance
+that fails or dies gives 502 at once (a dead process refuses connections), one that hangs gives 504 after
+``encode_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+
+from tt_models.disagg.routing import PREFILL_DECODE_HEADER, REQUEST_ID_HEADER
+
+logger = logging.getLogger(__name__)
+
+_ENCODER_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
+_JSON_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+
+@dataclass
+class Instance:
+    url: str
+    role: str
+    name: str = ""
+    models: dict[str, dict] = field(default_factory=dict)
+    outstanding: int = 0
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "server_error", "param": None, "code": code}},
+                        status_code=status)
+
+
+def _stream_error(body: bytes) -> str | None:
+    """The message of an error event in a server-sent event stream, if it has one."""
+    for line in body.splitlines():
+        if line.startswith(b"data: {"):
+            event = json.loads(line[6:])
+            if "error" in event:
+                return event["error"].get("message", "error")
+    return None
+
+
+class Proxy:
+    def __init__(self, encode: Sequence[str], prefill_decode: Sequence[str], *, encode_timeout: float = 300.0,
+                 startup_timeout: float = 120.0) -> None:
+        if not encode or not prefill_decode:
+            raise ValueError("a proxy needs at least one encode and one prefill-decode instance")
+        self.encoders = [Instance(url.rstrip("/"), "encode") for url in encode]
+        self.decoders = [Instance(url.rstrip("/"), "prefill_decode") for url in prefill_decode]
+        self.encode_timeout = encode_timeout
+        self.startup_timeout = startup_timeout
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self._ties = itertools.count()
+        self.registry = CollectorRegistry()
+        self.outstanding = Gauge("tt_models_proxy:outstanding_requests", "Requests in flight per instance.",
+                                 ["instance", "role"], registry=self.registry)
+        self.requests = Counter("tt_models_proxy:requests", "Requests by route and outcome.", ["route", "outcome"],
+                                registry=self.registry)
+
+    async def discover(self) -> None:
+        """Each instance's name and models (waits for instances still starting); raises RuntimeError on a wrong
+        role."""
+        for instance in [*self.encoders, *self.decoders]:
+            deadline = asyncio.get_running_loop().time() + self.startup_timeout
+            while True:
+                try:
+                    info = (await self.client.get(f"{instance.url}/disagg/info")).raise_for_status().json()
+                    break
+                except httpx.HTTPError as error:
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise RuntimeError(f"{instance.url} did not answer /disagg/info: {error}") from error
+                    await asyncio.sleep(0.5)
+            if info["role"] != instance.role:
+                raise RuntimeError(f"{instance.url} is a {info['role']!r} instance, given as {instance.role!r}")
+            instance.name, instance.models = info["instance"], info["models"]
+            self.outstanding.labels(instance.url, instance.role).set(0)
+
+    def _pick(self, instances: list[Instance]) -> Instance:
+        least = min(i.outstanding for i in instances)
+        candidates = [i for i in instances if i.outstanding == least]
+        chosen = candidates[next(self._ties) % len(candidates)]  # equally loaded instances take turns
+        chosen.outstanding += 1
+        self.outstanding.labels(chosen.url, chosen.role).set(chosen.outstanding)
+        return chosen
+
+    def _release(self, instance: Instance) -> None:
+        instance.outstanding -= 1
+        self.outstanding.labels(instance.url, instance.role).set(instance.outstanding)
+
+    def takes_encoder_input(self, path: str, body: bytes) -> bool:
+        if path in _ENCODER_ROUTES:
+            return True
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            return False  # the prefill-decode instance answers the bad body with its 400
+        return any(instance.models.get(model, {}).get("encoder") for instance in self.decoders)
+
+    async def forward(self, path: str, request: Request) -> Response:
+        body = await request.body()
+        headers = {REQUEST_ID_HEADER: uuid.uuid4().hex}
+        if "content-type" in request.headers:
+            headers["content-type"] = request.headers["content-type"]
+        decoder = self._pick(self.decoders)
+        try:
+            if self.takes_encoder_input(path, body):
+                refused = await self._encode(path, body, {**headers, PREFILL_DECODE_HEADER: decoder.name})
+                if refused is not None:
+                    self.requests.labels(path, "encode_failed").inc()
+                    self._release(decoder)
+                    return refused
+            upstream = await self.client.send(self.client.build_request("POST", decoder.url + path, content=body,
+                                                                        headers=headers), stream=True)
+        except httpx.HTTPError as error:
+            self.requests.labels(path, "prefill_decode_failed").inc()
+            self._release(decoder)
+            return _error(502, f"prefill-decode instance {decoder.url} failed: {type(error).__name__}: {error}",
+                          "prefill_decode_failed")
+        except BaseException:
+            self._release(decoder)
+            raise
+        self.requests.labels(path, "forwarded").inc()
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()  # a client that left: the instance sees the disconnect and aborts
+                self._release(decoder)
+
+        return StreamingResponse(relay(), status_code=upstream.status_code,
+                                 media_type=upstream.headers.get("content-type"))
+
+    async def _encode(self, path: str, body: bytes, headers: dict[str, str]) -> Response | None:
+        """Run the request on an encode instance; None when its encoder output is on the prefill-decode instance,
+        else the response for the client."""
+        encoder = self._pick(self.encoders)
+        try:
+            reply = await self.client.post(encoder.url + path, content=body, headers=headers,
+                                           timeout=httpx.Timeout(self.encode_timeout, connect=10.0))
+        except httpx.TimeoutException:
+            return _error(504, f"encode instance {encoder.url} did not answer within {self.encode_timeout:.0f} s",
+                          "encode_timeout")
+        except httpx.HTTPError as error:
+            return _error(502, f"encode instance {encoder.url} failed: {type(error).__name__}: {error}",
+                          "encode_failed")
+        finally:
+            self._release(encoder)
+        if reply.status_code >= 400:
+            return Response(reply.content, status_code=reply.status_code,
+                            media_type=reply.headers.get("content-type"))
+        failure = _stream_error(reply.content) if reply.headers.get("content-type", "").startswith(
+            "text/event-stream") else None
+        if failure is not None:
+            return _error(502, f"encode instance {encoder.url}: {failure}", "encode_failed")
+        return None
+
+    async def health(self) -> Response:
+        for instance in [*self.encoders, *self.decoders]:
+            try:
+                (await self.client.get(f"{instance.url}/health", timeout=5.0)).raise_for_status()
+            except httpx.HTTPError as error:
+                return _error(503, f"{instance.role} instance {instance.url} is unhealthy: {error}", "unhealthy")
+        return Response(status_code=200)
+
+
+def create_proxy_app(proxy: Proxy) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await proxy.discover()
+        try:
+            yield
+        finally:
+            await proxy.client.aclose()
+
+    app = FastAPI(title="tt-models proxy", summary="OpenAI-compatible front of encode and prefill-decode instances",
+                  lifespan=lifespan)
+
+    def forwarding(path: str):  # noqa: ANN202 (a route handler)
+        async def route(request: Request) -> Response:
+            return await proxy.forward(path, request)
+        return route
+
+    for path in (*_JSON_ROUTES, *_ENCODER_ROUTES):
+        app.add_api_route(path, forwarding(path), methods=["POST"])
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        reply = await proxy.client.get(f"{proxy.decoders[0].url}/v1/models")
+        return Response(reply.content, status_code=reply.status_code, media_type=reply.headers.get("content-type"))
+
+    @app.get("/health")
+    async def health() -> Response:
+        return await proxy.health()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(proxy.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
