@@ -29,6 +29,7 @@ class Connector:
         self.tick = tick
         self.received: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # (channel, message or PayloadError)
         self.wake: Callable[[], None] = lambda: None
+        self.outages = 0  # broker outages seen: messages in flight during one may be lost
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tt-models-connector-{broker.instance}", daemon=True)
 
@@ -56,6 +57,7 @@ class Connector:
             except (redis.ConnectionError, redis.TimeoutError) as error:
                 if down_since is None:
                     down_since = time.monotonic()
+                    self.outages += 1
                     logger.warning("broker %s unreachable (%s); retrying", self.broker.url, error)
                 self.wake()  # the engine's timeouts still run
                 self._stopped.wait(self.tick)

@@ -5,7 +5,9 @@ It has no KV cache. Requests are processed exactly as a prefill-decode instance 
 to ``max_num_seqs`` per ``encode_forward`` call. For each request it sends the metadata to the prefill-decode
 instance the proxy chose, waits for the allocation notice, sends the states, waits for the injection notice and
 ends the request with an empty output (that end tells the proxy to send the request on). A request without an
-encoder input (a text-only request to an image+text model) ends at once.
+encoder input (a text-only request to an image+text model) ends at once. A request fails (``TransferError``) when
+the broker cannot be reached, when a notice is overdue, and when the broker went down while its messages were in
+flight (a restarted Redis has lost them).
 
 It serves the same interface as :class:`~tt_models.engine.llm_engine.LLMEngine` to the server's engine loop.
 """
@@ -47,6 +49,7 @@ class EncodeRequest:
         self.stage = Stage.WAITING
         self.states: torch.Tensor | None = None
         self.deadline = float("inf")
+        self.outages = 0  # the connector's outage count when its last message went out
         self.metrics = RequestMetrics(arrival_time)
 
     def output(self, error: BaseException | None = None) -> RequestOutput:
@@ -170,10 +173,13 @@ class EncodeEngine:
             self._notice(channel, message)
         now = time.monotonic()
         for request in list(self.requests.values()):
-            if request.deadline <= now:
-                waited = "an allocation" if request.stage is Stage.AWAITING_ALLOCATION else "an injection"
-                self._fail(request, f"no {waited} notice from prefill-decode instance {request.target!r} within "
-                                    f"{self.allocation_timeout if waited == 'an allocation' else self.transfer_timeout:.0f} s")
+            if request.stage is not Stage.WAITING and self.connector.outages > request.outages:
+                self._fail(request, "the broker went down while its encoder output was in transit")
+            elif request.deadline <= now:
+                allocation = request.stage is Stage.AWAITING_ALLOCATION
+                self._fail(request, f"no {'allocation' if allocation else 'injection'} notice from prefill-decode "
+                                    f"instance {request.target!r} within "
+                                    f"{self.allocation_timeout if allocation else self.transfer_timeout:g} s")
         done, self._done = self._done, []
         return done
 
@@ -202,6 +208,7 @@ class EncodeEngine:
             self._end(request)
 
     def _send(self, request: EncodeRequest, send: Callable[[], None]) -> None:
+        request.outages = self.connector.outages
         try:
             send()
         except redis.RedisError as error:

@@ -43,6 +43,7 @@ class InboxStats:
     refused: int = 0
     expired: int = 0
     claimed: int = 0
+    waited: int = 0  # announcements that found the pool full and waited for room
     refusals: deque[str] = field(default_factory=lambda: deque(maxlen=16))  # the latest reasons, for logs and tests
 
 
@@ -62,6 +63,7 @@ class EncoderInbox:
         self.pending: deque[Metadata] = deque()  # announced, waiting for room in the pool
         self.reserved: dict[str, _Reservation] = {}  # blocks reserved, states not written yet / not claimed yet
         self.stats = InboxStats()
+        self._waiting_for_room: str | None = None  # the announcement at the head of ``pending``, once counted
 
     def start(self) -> None:
         self.connector.start()
@@ -121,6 +123,9 @@ class EncoderInbox:
             metadata = self.pending[0]
             need = self.kv.num_blocks_for(metadata.encoder_len)
             if need + self.headroom_blocks > self.kv.num_free_blocks:
+                if self._waiting_for_room != metadata.request_id:
+                    self._waiting_for_room = metadata.request_id
+                    self.stats.waited += 1
                 return  # FCFS: later announcements wait behind this one
             self.pending.popleft()
             self.kv.reserve_cross(metadata.request_id, metadata.encoder_len)

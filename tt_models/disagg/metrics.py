@@ -35,7 +35,7 @@ class DisaggState(Collector):
                                        labels=["model_name", "channel", "direction"])
         nbytes = CounterMetricFamily("tt_models:broker_bytes", "Broker payload bytes.",
                                      labels=["model_name", "channel", "direction"])
-        outcomes = CounterMetricFamily("tt_models:encoder_outputs", "Encoder outputs received, by outcome.",
+        outcomes = CounterMetricFamily("tt_models:encoder_outputs", "Encoder outputs received, by outcome (waited: found the pool full first).",
                                        labels=["model_name", "outcome"])
         for name, engine in self.engines.items():
             if not isinstance(engine, EncodeEngine) and engine.encoder_inbox is None:
@@ -48,6 +48,6 @@ class DisaggState(Collector):
                 nbytes.add_metric([name, channel, direction], broker.transfer_bytes[channel, direction])
             if not isinstance(engine, EncodeEngine):
                 stats = engine.encoder_inbox.stats
-                for outcome in ("injected", "claimed", "refused", "expired"):
+                for outcome in ("injected", "claimed", "refused", "expired", "waited"):
                     outcomes.add_metric([name, outcome], getattr(stats, outcome))
         yield from (queues, messages, nbytes, outcomes)

@@ -7,8 +7,9 @@ prefill-decode instance, whose response (a stream or not) goes back to the clien
 requests go straight to a prefill-decode instance. Instances are picked by least outstanding requests.
 
 Failures: the encode instance's refusal of a bad request is the client's answer (its 4xx); an encode instance
-that fails or dies gives 502 at once (a dead process refuses connections), one that hangs gives 504 after
-``encode_timeout`` seconds.
+that fails or dies under a request gives that request 502 at once (a dead process resets its connections), one
+that hangs gives 504 after ``encode_timeout`` seconds. An instance that refuses connections is skipped for a while
+and the request goes to another.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 _ENCODER_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
 _JSON_ROUTES = ("/v1/completions", "/v1/chat/completions")
+_DOWN_SECONDS = 10
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Instance:
     name: str = ""
     models: dict[str, dict] = field(default_factory=dict)
     outstanding: int = 0
+    down_until: float = 0.0  # refused a connection: skipped until then
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -94,9 +98,12 @@ class Proxy:
             instance.name, instance.models = info["instance"], info["models"]
             self.outstanding.labels(instance.url, instance.role).set(0)
 
-    def _pick(self, instances: list[Instance]) -> Instance:
-        least = min(i.outstanding for i in instances)
-        candidates = [i for i in instances if i.outstanding == least]
+    def _pick(self, instances: list[Instance], exclude: tuple[Instance, ...] = ()) -> Instance:
+        now = time.monotonic()
+        live = [i for i in instances if i.down_until <= now and i not in exclude] or \
+            [i for i in instances if i not in exclude] or instances
+        least = min(i.outstanding for i in live)
+        candidates = [i for i in live if i.outstanding == least]
         chosen = candidates[next(self._ties) % len(candidates)]  # equally loaded instances take turns
         chosen.outstanding += 1
         self.outstanding.labels(chosen.url, chosen.role).set(chosen.outstanding)
@@ -154,18 +161,28 @@ class Proxy:
     async def _encode(self, path: str, body: bytes, headers: dict[str, str]) -> Response | None:
         """Run the request on an encode instance; None when its encoder output is on the prefill-decode instance,
         else the response for the client."""
-        encoder = self._pick(self.encoders)
-        try:
-            reply = await self.client.post(encoder.url + path, content=body, headers=headers,
-                                           timeout=httpx.Timeout(self.encode_timeout, connect=10.0))
-        except httpx.TimeoutException:
-            return _error(504, f"encode instance {encoder.url} did not answer within {self.encode_timeout:.0f} s",
-                          "encode_timeout")
-        except httpx.HTTPError as error:
-            return _error(502, f"encode instance {encoder.url} failed: {type(error).__name__}: {error}",
-                          "encode_failed")
-        finally:
-            self._release(encoder)
+        tried: tuple[Instance, ...] = ()
+        while True:
+            encoder = self._pick(self.encoders, exclude=tried)
+            try:
+                reply = await self.client.post(encoder.url + path, content=body, headers=headers,
+                                               timeout=httpx.Timeout(self.encode_timeout, connect=10.0))
+                break
+            except httpx.ConnectError as error:  # nothing was sent: another instance may take it
+                encoder.down_until = time.monotonic() + _DOWN_SECONDS
+                tried += (encoder,)
+                logger.warning("encode instance %s refused the connection (%s): skipped for %d s", encoder.url,
+                               error, _DOWN_SECONDS)
+                if len(tried) == len(self.encoders):
+                    return _error(502, f"no encode instance accepts connections: {error}", "encode_failed")
+            except httpx.TimeoutException:
+                return _error(504, f"encode instance {encoder.url} did not answer within {self.encode_timeout:.0f} s",
+                              "encode_timeout")
+            except httpx.HTTPError as error:
+                return _error(502, f"encode instance {encoder.url} failed: {type(error).__name__}: {error}",
+                              "encode_failed")
+            finally:
+                self._release(encoder)
         if reply.status_code >= 400:
             return Response(reply.content, status_code=reply.status_code,
                             media_type=reply.headers.get("content-type"))

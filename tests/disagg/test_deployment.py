@@ -1,0 +1,178 @@
+"""A disaggregated deployment, started as a user starts it (real Redis, ``tt-models serve --role`` and
+``tt-models proxy`` processes, the official ``openai`` client): outputs equal one ``both`` instance's in three
+topologies, and it survives its faults."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+import torch
+
+from tests.disagg.deployment import (BART, TRANSFER_TIMEOUT, WHISPER, bart_prompts, proxy, run_workload, serve,
+                                     speech_clips)
+from tests.disagg.redis_server import RedisServer
+from tests.server.cases import metric, save_tiny_bart
+from tt_models.disagg.broker import Broker, Metadata
+
+pytestmark = pytest.mark.slow
+
+CLIPS = speech_clips()  # the whole call and its 13 segments
+PROMPTS = bart_prompts(64 - len(CLIPS))
+
+
+class Deployment:
+    def __init__(self, tmp) -> None:
+        self.redis = RedisServer().start()
+        bart = save_tiny_bart(tmp / "bart")
+        role = lambda r, name: ("--role", r, "--broker", self.redis.url, "--instance-name", name)  # noqa: E731
+        self.e1 = serve(bart, tmp / "e1.log", *role("encode", "e1"))
+        self.e2 = serve(bart, tmp / "e2.log", *role("encode", "e2"))
+        self.pd1 = serve(bart, tmp / "pd1.log", *role("prefill_decode", "pd1"))
+        # The smallest pool Whisper takes (one request: 24 cross + 4 self blocks): its encoder outputs queue.
+        self.pd2 = serve(bart, tmp / "pd2.log", *role("prefill_decode", "pd2"), "--num-kv-blocks", "28")
+        self.both = serve(bart, tmp / "both.log")
+        self.servers = [self.e1, self.e2, self.pd1, self.pd2, self.both]
+        self.proxies = {"1E+1PD": proxy([self.e1], [self.pd1], tmp / "p11.log"),
+                        "2E+1PD": proxy([self.e1, self.e2], [self.pd1], tmp / "p21.log"),
+                        "1E+2PD": proxy([self.e1], [self.pd1, self.pd2], tmp / "p12.log")}
+        for process in [*self.servers, *self.proxies.values()]:
+            process.wait_healthy()
+
+    def stop(self) -> None:
+        for process in [*self.proxies.values(), *self.servers]:
+            process.stop()
+        self.redis.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    deployment = Deployment(tmp_path_factory.mktemp("epd"))
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(deployment):
+    results = run_workload(deployment.both.url, CLIPS, PROMPTS, stream=False)
+    assert all(r.text for r in results[:len(CLIPS)]), "the reference transcripts are empty"
+    return [r.text for r in results]
+
+
+def assert_blocks_free(*instances, seconds: float = TRANSFER_TIMEOUT + 10) -> None:
+    deadline = time.monotonic() + seconds
+    for instance in instances:
+        for model in (WHISPER, BART):
+            while (in_use := instance.kv_blocks_in_use(model)) != 0:
+                assert time.monotonic() < deadline, f"{instance.log.name}: {in_use} {model} KV blocks still in use"
+                time.sleep(0.5)
+
+
+@pytest.mark.parametrize("topology", ["1E+1PD", "2E+1PD", "1E+2PD"])
+def test_outputs_equal_one_instance(deployment, expected, topology):
+    results = run_workload(deployment.proxies[topology].url, CLIPS, PROMPTS, stream=True)
+    assert [r.status for r in results] == [None] * len(results)
+    assert [r.text for r in results] == expected
+    assert_blocks_free(deployment.pd1, deployment.pd2)
+
+
+def test_a_small_pool_holds_encoder_outputs_back(deployment):
+    """The 1E+2PD run sent about half of its speech to pd2, whose pool takes one encoder output at a time."""
+    text = deployment.pd2.metrics()
+    assert metric(text, "tt_models:encoder_outputs_total", model_name=WHISPER, outcome="waited") > 0
+    assert metric(text, "tt_models:encoder_outputs_total", model_name=WHISPER, outcome="claimed") > 1
+
+
+def test_metrics_of_every_role(deployment):
+    e1, pd1, both = deployment.e1.metrics(), deployment.pd1.metrics(), deployment.both.metrics()
+    for queue in ("encode_waiting", "awaiting_allocation", "awaiting_injection"):
+        assert f'tt_models:disagg_queue_length{{model_name="{WHISPER}",queue="{queue}"}}' in e1
+    for queue in ("metadata_pending", "awaiting_states", "unclaimed"):
+        assert f'tt_models:disagg_queue_length{{model_name="{WHISPER}",queue="{queue}"}}' in pd1
+    sent = metric(e1, "tt_models:broker_bytes_total", model_name=WHISPER, channel="states", direction="sent")
+    received = metric(pd1, "tt_models:broker_bytes_total", model_name=WHISPER, channel="states", direction="received")
+    states = metric(pd1, "tt_models:broker_messages_total", model_name=WHISPER, channel="states", direction="received")
+    assert states >= len(CLIPS) and received >= states * 1500 * 384 * 2  # bf16 [1500, 384] per request
+    assert sent > 0
+    assert 'tt_models:num_requests_waiting{model_name="whisper"}' in both
+    assert "tt_models_proxy:outstanding_requests" in httpx.get(f"{deployment.proxies['2E+1PD'].url}/metrics").text
+
+
+def test_a_payload_that_does_not_match_its_metadata_is_refused(deployment, expected):
+    sender = Broker(deployment.redis.url, "tester", WHISPER)
+    sender.send_metadata("pd1", Metadata("forged", "tester", 1500, (1500, 384), "bfloat16"))
+    assert sender.receive(("allocated",), timeout=10)[1] == b'{"request_id": "forged", "error": null}'
+    sender.send_states("pd1", "forged", torch.zeros(1499, 384))
+    _, notice = sender.receive(("injected",), timeout=10)
+    assert b"states of shape [1499, 384]; the metadata said [1500, 384]" in notice
+    assert_blocks_free(deployment.pd1, seconds=5)
+    results = run_workload(deployment.proxies["1E+1PD"].url, CLIPS[1:3], PROMPTS[:2], stream=False)
+    assert [r.text for r in results] == expected[1:3] + expected[len(CLIPS):len(CLIPS) + 2]
+
+
+def start_workload(url: str, clips, prompts) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.extend(run_workload(url, clips, prompts, stream=False, seconds=300)))
+    thread.start()
+    return thread, out
+
+
+def wait_busy(instance, seconds: float = 60) -> None:
+    """Until the encode instance holds requests."""
+    deadline = time.monotonic() + seconds
+    while sum(metric(instance.metrics(), "tt_models:disagg_queue_length", model_name=WHISPER, queue=q)
+              for q in ("encode_waiting", "awaiting_allocation", "awaiting_injection")) == 0:
+        assert time.monotonic() < deadline, "the encode instance never got busy"
+        time.sleep(0.05)
+
+
+def check_faulted(results, expected_texts, fault_time: float, bound: float) -> int:
+    """Every request succeeded with the expected text or failed with a 5xx; failures came within ``bound``
+    seconds of the fault. Returns the number of failures."""
+    assert len(results) == len(expected_texts)
+    failed = 0
+    for result, text in zip(results, expected_texts):
+        if result.status is None:
+            assert result.text == text
+        else:
+            failed += 1
+            assert 500 <= result.status < 600
+            assert result.seconds < fault_time + bound
+    return failed
+
+
+def test_an_encode_instance_killed_mid_run(deployment, expected):
+    speech = CLIPS[1:] * 2
+    texts = expected[1:len(CLIPS)] * 2
+    started = time.monotonic()
+    thread, results = start_workload(deployment.proxies["2E+1PD"].url, speech, [])
+    wait_busy(deployment.e2)
+    deployment.e2.kill()
+    killed = time.monotonic() - started
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "requests hang after an encode instance died"
+    # Its requests fail at once (its connections reset); the others finish.
+    assert check_faulted(results, texts, killed, bound=10) > 0
+    assert_blocks_free(deployment.pd1)  # reservations of its lost outputs expire after the transfer timeout
+    after = run_workload(deployment.proxies["2E+1PD"].url, CLIPS[1:5], PROMPTS[:4], stream=False)
+    assert [r.text for r in after] == expected[1:5] + expected[len(CLIPS):len(CLIPS) + 4]
+
+
+def test_redis_restarted_mid_run(deployment, expected):
+    speech = CLIPS[1:] * 2
+    texts = expected[1:len(CLIPS)] * 2
+    started = time.monotonic()
+    thread, results = start_workload(deployment.proxies["1E+1PD"].url, speech, [])
+    wait_busy(deployment.e1)
+    deployment.redis.stop()
+    down = time.monotonic() - started
+    time.sleep(1)
+    deployment.redis.start()
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "requests hang after the broker restarted"
+    check_faulted(results, texts, down, bound=TRANSFER_TIMEOUT + 10)
+    assert_blocks_free(deployment.pd1)
+    after = run_workload(deployment.proxies["1E+1PD"].url, CLIPS[1:5], PROMPTS[:4], stream=False)
+    assert [r.text for r in after] == expected[1:5] + expected[len(CLIPS):len(CLIPS) + 4]
