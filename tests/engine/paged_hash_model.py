@@ -121,10 +121,10 @@ class PagedHashModel:
     def process_decode_output_host(self, tt_out: Any, **kwargs: Any) -> torch.Tensor:
         return tt_out
 
-    def read_kv_blocks(self, kv_cache: Any, block_ids: Any) -> list[torch.Tensor]:
-        return [torch.from_numpy(self.cache[list(block_ids)].copy())[None, None]]
+    def read_kv_blocks(self, kv_cache: Any, block_ids: Any, replicas: Any = None) -> list[torch.Tensor]:
+        return [torch.from_numpy(self.cache[list(block_ids)].copy())[None, None]]  # one replica
 
-    def write_kv_blocks(self, kv_cache: Any, block_ids: Any, data: list[torch.Tensor]) -> None:
+    def write_kv_blocks(self, kv_cache: Any, block_ids: Any, data: list[torch.Tensor], replicas: Any = None) -> None:
         self.cache[list(block_ids)] = data[0][0, 0].numpy()
 
 

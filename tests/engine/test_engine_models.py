@@ -175,15 +175,19 @@ def _engine(case: Case, **config) -> LLMEngine:
 
 
 def _run(engine: LLMEngine, requests, arrive_every: int = 0) -> dict:
-    """Outputs by request id; request ``i`` arrives at step ``i * arrive_every``. Every block is free after."""
-    outputs, step, pending = {}, 0, list(requests)
+    """Outputs by request id; request ``i`` arrives at step ``i * arrive_every``. A request stays on its replica;
+    every block of every replica is free after."""
+    outputs, step, pending, replicas = {}, 0, list(requests), {}
     while pending or engine.has_unfinished_requests():
         while pending and step >= (len(requests) - len(pending)) * arrive_every:
             engine.add_request(*pending.pop(0))
+        for request in engine.requests.values():
+            assert replicas.setdefault(request.request_id, request.replica) == request.replica
         outputs.update({o.request_id: o for o in engine.step() if o.finished})
         step += 1
-    kv = engine.scheduler.kv
-    assert kv.num_free_blocks == kv.num_blocks and kv.num_free_host_blocks == kv.num_host_blocks
+    for kv in engine.scheduler.kvs:
+        assert kv.num_free_blocks == kv.num_blocks and kv.num_free_host_blocks == kv.num_host_blocks
+    assert set(replicas.values()) == set(range(len(engine.scheduler.kvs)))  # every replica served some
     return outputs
 
 
@@ -229,6 +233,17 @@ def test_batched_runs_equal_solo_runs(case, solo, run):
     assert outputs.keys() == solo.keys()
     assert all(len(outputs[request_id].outputs) == params.n for request_id, _, params in case.requests)
     _compare_with_solo(run, outputs, solo)
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_data_parallel_replicas_equal_one_replica(case, solo, replicas):
+    """Replicas on a host mesh of as many devices, each with its own pool (the small one: preemption happens per
+    replica) and ``8 / replicas`` slots."""
+    engine = _engine(case, data_parallel_size=replicas, num_kv_blocks=case.small_pool)
+    outputs = _run(engine, case.requests)
+    engine.close()
+    assert outputs.keys() == solo.keys()
+    _compare_with_solo(f"{replicas} replicas", outputs, solo)
 
 
 def test_greedy_agrees_with_hf_generate(case, solo):

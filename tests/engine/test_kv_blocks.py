@@ -145,6 +145,37 @@ def test_reset_frees_everything():
     assert m.num_free_blocks == 0
 
 
+def test_reserved_cross_blocks_go_to_the_request_that_allocates_them():
+    """Encoder disaggregation: cross blocks reserved before the request arrives, then taken by its allocate."""
+    m = KVBlockManager(num_blocks=20, block_size=4)
+    cross = m.reserve_cross("r", encoder_len=10)
+    assert len(cross) == 3 and m.num_free_blocks == 17 and m.has_cross("r")
+    m.allocate("r", [0], prompt_len=5, encoder_len=10)
+    assert m.cross_table("r") == cross and m.num_free_blocks == 15  # only the self blocks were new
+    m.free(0)
+    assert m.has_cross("r")
+    m.free_cross("r")
+    assert m.num_free_blocks == 20 and not m.has_cross("r")
+    m.reserve_cross("unused", encoder_len=4)
+    m.free_cross("unused")  # a reservation nobody took
+    assert m.num_free_blocks == 20
+    with pytest.raises(ValueError, match="unknown request 'unused'"):
+        m.free_cross("unused")
+
+
+@pytest.mark.parametrize("misuse, message", [
+    (lambda m: m.reserve_cross("r", 4), "request 'r' is already allocated"),
+    (lambda m: m.allocate("r", [1], 1, encoder_len=9), "request 'r' is already allocated"),  # not its length
+    (lambda m: m.reserve_cross("s", 4 * 20), "reserve_cross 's': needs 20 blocks, 18 free"),
+])
+def test_reservation_misuse_is_named(misuse, message):
+    m = KVBlockManager(num_blocks=20, block_size=4)
+    m.reserve_cross("r", encoder_len=5)
+    with pytest.raises((ValueError, RuntimeError), match=message):
+        misuse(m)
+    assert m.num_free_blocks == 18
+
+
 @pytest.mark.parametrize("misuse, error, message", [
     (lambda m: m.allocate("r", [9], 1), ValueError, "request 'r' is already allocated"),
     (lambda m: m.allocate("s", [0], 1), ValueError, "sequence 0 is already allocated"),

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class _Reservation:
     metadata: Metadata
+    replica: int  # whose pool holds the blocks: the request runs there
     deadline: float
     written: bool = False
 
@@ -48,12 +49,14 @@ class InboxStats:
 
 
 class EncoderInbox:
-    """``writer(states, cross_blocks, encoder_len)`` writes one request's cross K/V (the model runner's)."""
+    """``kvs``: the engine's pool per data-parallel replica (a reservation goes to the one with the most free
+    blocks); ``writer(states, cross_blocks, encoder_len, replica)`` writes one request's cross K/V (the model
+    runner's)."""
 
-    def __init__(self, broker: Broker, kv: KVBlockManager, writer: Any, *, max_encoder_len: int, dim: int,
+    def __init__(self, broker: Broker, kvs: list[KVBlockManager], writer: Any, *, max_encoder_len: int, dim: int,
                  headroom_blocks: int, timeout: float = 30.0) -> None:
         self.broker = broker
-        self.kv = kv
+        self.kvs = kvs
         self.writer = writer
         self.max_encoder_len = max_encoder_len
         self.dim = dim
@@ -81,14 +84,15 @@ class EncoderInbox:
 
     # The engine thread.
 
-    def claim(self, request_id: str, encoder_len: int) -> bool:
-        """Whether the request's cross blocks hold its encoder output already (its ``allocate`` takes them)."""
+    def claim(self, request_id: str, encoder_len: int) -> int | None:
+        """The replica whose cross blocks hold the request's encoder output already (its ``allocate`` there takes
+        them), or None."""
         reservation = self.reserved.get(request_id)
         if reservation is None or not reservation.written or reservation.metadata.encoder_len != encoder_len:
-            return False
+            return None
         del self.reserved[request_id]
         self.stats.claimed += 1
-        return True
+        return reservation.replica
 
     def poll(self) -> None:
         now = time.monotonic()
@@ -111,7 +115,7 @@ class EncoderInbox:
                       f"[{metadata.encoder_len}, {self.dim}]"
         elif not 0 < metadata.encoder_len <= self.max_encoder_len:
             problem = f"encoder_len {metadata.encoder_len} outside 1..{self.max_encoder_len}"
-        elif metadata.request_id in self.reserved or self.kv.has_cross(metadata.request_id):
+        elif metadata.request_id in self.reserved or any(kv.has_cross(metadata.request_id) for kv in self.kvs):
             problem = "the request id is in use"
         if problem is not None:
             self._notify(metadata.sender, "allocated", metadata.request_id, f"refused metadata: {problem}")
@@ -121,15 +125,16 @@ class EncoderInbox:
     def _reserve(self, now: float) -> None:
         while self.pending:
             metadata = self.pending[0]
-            need = self.kv.num_blocks_for(metadata.encoder_len)
-            if need + self.headroom_blocks > self.kv.num_free_blocks:
+            replica = max(range(len(self.kvs)), key=lambda r: self.kvs[r].num_free_blocks)
+            kv = self.kvs[replica]
+            if kv.num_blocks_for(metadata.encoder_len) + self.headroom_blocks > kv.num_free_blocks:
                 if self._waiting_for_room != metadata.request_id:
                     self._waiting_for_room = metadata.request_id
                     self.stats.waited += 1
                 return  # FCFS: later announcements wait behind this one
             self.pending.popleft()
-            self.kv.reserve_cross(metadata.request_id, metadata.encoder_len)
-            self.reserved[metadata.request_id] = _Reservation(metadata, now + self.timeout)
+            kv.reserve_cross(metadata.request_id, metadata.encoder_len)
+            self.reserved[metadata.request_id] = _Reservation(metadata, replica, now + self.timeout)
             self._notify(metadata.sender, "allocated", metadata.request_id)
 
     def _inject(self, states: States) -> None:
@@ -144,7 +149,8 @@ class EncoderInbox:
                                             f"{list(metadata.shape)}")
             return
         try:
-            self.writer(states.tensor.to(torch.float32), self.kv.cross_table(states.request_id), metadata.encoder_len)
+            self.writer(states.tensor.to(torch.float32), self.kvs[reservation.replica].cross_table(states.request_id),
+                        metadata.encoder_len, reservation.replica)
         except Exception as error:  # a model that cannot take them: refuse this request, keep serving
             logger.exception("write_cross_kv failed for %r", states.request_id)
             self._refuse(states.request_id, f"write_cross_kv failed: {type(error).__name__}: {error}")
@@ -160,14 +166,14 @@ class EncoderInbox:
         logger.warning("refused encoder output%s: %s", f" of {request_id!r}" if request_id else "", reason)
         reservation = self.reserved.pop(request_id, None) if request_id is not None else None
         if reservation is not None:
-            self.kv.free_cross(request_id)
+            self.kvs[reservation.replica].free_cross(request_id)
             self._notify(reservation.metadata.sender, "injected", request_id, reason)
 
     def _expire(self, now: float) -> None:
         for request_id, reservation in list(self.reserved.items()):
             if reservation.deadline <= now:
                 del self.reserved[request_id]
-                self.kv.free_cross(request_id)
+                self.kvs[reservation.replica].free_cross(request_id)
                 self.stats.expired += 1
                 logger.warning("encoder output of %r %s within %.0f s: its cross blocks are free again", request_id,
                                "was not claimed" if reservation.written else "did not arrive", self.timeout)

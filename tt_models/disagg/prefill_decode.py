@@ -15,10 +15,10 @@ def attach_encoder_inbox(engine: LLMEngine, broker: Broker, *, timeout: float = 
                          "prefill-decode instance serves encoder-decoder models (decoder-only ones need no encode "
                          "instance)")
     config = engine.config
-    kv = engine.scheduler.kv
-    inbox = EncoderInbox(broker, kv, engine.runner.write_cross, max_encoder_len=engine.runner.model.max_cross_attn_tokens,
-                         dim=engine.checkpoint.config.d_model, headroom_blocks=kv.num_blocks_for(config.max_model_len),
-                         timeout=timeout)
+    kvs = engine.scheduler.kvs
+    inbox = EncoderInbox(broker, kvs, engine.runner.write_cross, max_encoder_len=engine.runner.model.max_cross_attn_tokens,
+                         dim=engine.checkpoint.config.d_model,
+                         headroom_blocks=kvs[0].num_blocks_for(config.max_model_len), timeout=timeout)
     engine.encoder_inbox = inbox
     inbox.start()
     return inbox

@@ -77,6 +77,9 @@ class EngineConfig:
     than what is left of it runs in chunks over several steps; without, a prompt runs whole and the budget
     must hold the longest one. ``preemption_mode`` None is vLLM v0's rule: recompute a request with one
     sequence, swap one with several (falling back to recomputation when host blocks run out).
+
+    ``data_parallel_size`` replicas of the model (one per submesh) share ``max_num_seqs`` batch slots equally; the
+    KV sizes (``num_kv_blocks``, ``num_host_kv_blocks``) are per replica: each has its own pools.
     """
 
     max_num_seqs: int = 32
@@ -88,6 +91,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     preemption_mode: Literal["recompute", "swap"] | None = None
     max_num_waiting: int | None = None
+    data_parallel_size: int = 1
 
     def resolve(self, hf_config: PretrainedConfig, max_encoder_len: int) -> EngineConfig:
         """Fill in the defaults and check the values against the model; raises ValueError naming the problem."""
@@ -95,9 +99,13 @@ class EngineConfig:
         max_model_len = self.max_model_len or limit
         if not 1 < max_model_len <= limit:
             raise ValueError(f"max_model_len {max_model_len} must be in 2..{limit} (the model's context)")
-        if not 1 <= self.max_num_seqs <= 32:
-            raise ValueError(f"max_num_seqs {self.max_num_seqs} must be in 1..32: decode runs one 32-row tile "
-                             "of users per replica")
+        replicas = self.data_parallel_size
+        if replicas < 1 or self.max_num_seqs % replicas:
+            raise ValueError(f"data_parallel_size {replicas} must be >= 1 and divide max_num_seqs "
+                             f"{self.max_num_seqs}")
+        if not 1 <= self.max_num_seqs // replicas <= 32:
+            raise ValueError(f"max_num_seqs {self.max_num_seqs} must be in 1..{32 * replicas}: decode runs one "
+                             "32-row tile of users per replica")
         if self.block_size < 32 or self.block_size % 32:
             raise ValueError(f"block_size {self.block_size} must be a positive multiple of 32 (one tile)")
         if self.preemption_mode not in (None, "recompute", "swap"):
@@ -107,7 +115,7 @@ class EngineConfig:
         num_kv_blocks = self.num_kv_blocks
         if num_kv_blocks is None:
             budget = int(_DEFAULT_KV_CACHE_GIB * 2**30) // kv_shape(hf_config).block_bytes(self.block_size)
-            num_kv_blocks = max(one_request, min(self.max_num_seqs * one_request, budget))
+            num_kv_blocks = max(one_request, min(self.max_num_seqs // replicas * one_request, budget))
         if num_kv_blocks < one_request:
             raise ValueError(f"num_kv_blocks {num_kv_blocks} cannot hold one request at max_model_len "
                              f"{max_model_len} (needs {one_request} blocks of {self.block_size}); lower "
@@ -123,4 +131,4 @@ class EngineConfig:
             num_kv_blocks=num_kv_blocks,
             num_host_kv_blocks=num_kv_blocks if self.num_host_kv_blocks is None else self.num_host_kv_blocks,
             max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
-            preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting)
+            preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas)

@@ -126,6 +126,13 @@ class InputBatch:
             self.encoder_lens[row] = encoder_len
         return row
 
+    def free_row(self, rows: range) -> int:
+        """The lowest free row among ``rows`` (a data-parallel replica's slots)."""
+        for row in rows:
+            if self.req_ids[row] is None:
+                return row
+        raise ValueError(f"no free row in {rows.start}..{rows.stop - 1}")
+
     def remove_request(self, req_id: str) -> int:
         """Free the request's row and return it. The row's contents stay (see the module docstring)."""
         row = self._row(req_id)

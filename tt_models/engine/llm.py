@@ -22,19 +22,24 @@ class LLM:
     directory or a checkpoint alias (``smollm2-135m-instruct``, ``whisper-tiny.en``, ``whisper-base``).
     ``backend`` picks where TT-NN runs (``"ttnn"``, ``"mock"``, ``"host"``; default: a TT card if present,
     else the host backend); ``optimizations`` is the weight profile (``"accuracy"`` / ``"performance"``).
-    The other arguments are :class:`EngineConfig`'s.
+    ``data_parallel_size`` replicas of the model run on as many submeshes of the device (``mesh_shape``, default
+    ``(1, data_parallel_size)``: on the host backend, a mesh of host devices). The other arguments are
+    :class:`EngineConfig`'s.
     """
 
     def __init__(self, model: str, *, max_num_seqs: int = 32, max_model_len: int | None = None,
                  block_size: int = 64, num_kv_blocks: int | None = None, max_num_batched_tokens: int | None = None,
                  enable_chunked_prefill: bool = True, preemption_mode: Literal["recompute", "swap"] | None = None,
                  num_host_kv_blocks: int | None = None, backend: str | None = None,
-                 optimizations: str | None = None) -> None:
+                 optimizations: str | None = None, data_parallel_size: int = 1,
+                 mesh_shape: tuple[int, int] | None = None) -> None:
         config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
                               num_kv_blocks=num_kv_blocks, num_host_kv_blocks=num_host_kv_blocks,
                               max_num_batched_tokens=max_num_batched_tokens,
-                              enable_chunked_prefill=enable_chunked_prefill, preemption_mode=preemption_mode)
-        self.llm_engine = LLMEngine.from_model(model, config, backend=backend, optimizations=optimizations)
+                              enable_chunked_prefill=enable_chunked_prefill, preemption_mode=preemption_mode,
+                              data_parallel_size=data_parallel_size)
+        self.llm_engine = LLMEngine.from_model(model, config, backend=backend, optimizations=optimizations,
+                                               mesh_shape=mesh_shape)
         self._request_counter = 0
 
     def get_tokenizer(self) -> PreTrainedTokenizerBase | None:

@@ -38,7 +38,8 @@ def _eos_token_ids(checkpoint: Checkpoint) -> list[int]:
 
 class LLMEngine:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
-                 optimizations: str | None = None, generator: Any = None) -> None:
+                 optimizations: str | None = None, generator: Any = None,
+                 mesh_shape: tuple[int, int] | None = None) -> None:
         hf_config = checkpoint.config
         self.checkpoint = checkpoint
         self.tokenizer = checkpoint.tokenizer
@@ -55,7 +56,7 @@ class LLMEngine:
         self.sampler = Sampler(rules)
         self.scheduler = Scheduler(self.config)
         self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
-                                  generator=generator)
+                                  generator=generator, mesh_shape=mesh_shape)
         self.requests: dict[str, Request] = {}
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
@@ -103,7 +104,7 @@ class LLMEngine:
                           self.eos_token_id, self.config.max_model_len)
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n={params.n} sequences exceed max_num_seqs={self.config.max_num_seqs}")
-        kv = self.scheduler.kv
+        kv = self.scheduler.kvs[0]  # every replica's pool has the same size
         worst = params.n * kv.num_blocks_for(len(inputs.prompt_token_ids) + request.max_new_tokens) \
             + kv.num_blocks_for(inputs.encoder_len)
         if worst > self.config.num_kv_blocks:
@@ -113,9 +114,13 @@ class LLMEngine:
         queue_limit = self.config.max_num_waiting
         if queue_limit is not None and len(self.scheduler.waiting) >= queue_limit:
             raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
-        if (self.encoder_inbox is not None and inputs.encoder_len
-                and self.encoder_inbox.claim(request_id, inputs.encoder_len)):
-            request.encoder_cached = True  # an encode instance's output is in its reserved cross blocks
+        replica = None
+        if self.encoder_inbox is not None and inputs.encoder_len:
+            replica = self.encoder_inbox.claim(request_id, inputs.encoder_len)
+        if replica is None:
+            self.scheduler.place(request)
+        else:  # an encode instance's output is in cross blocks reserved for it on that replica
+            request.replica, request.encoder_cached = replica, True
         request.seqs.append(self._new_seq(request, 0))
         self.requests[request_id] = request
         self.scheduler.add(request)
@@ -148,7 +153,7 @@ class LLMEngine:
             if out.swap_out or out.swap_in:  # nothing to run this step, but the blocks moved
                 self.runner.execute_swaps(out)
             return []
-        logits = self.runner.execute(out, self.scheduler.kv)
+        logits = self.runner.execute(out, self.scheduler.kvs)
         self.stats["prefill_steps" if out.is_prefill else "decode_steps"] += 1
         return self._process(out, logits)
 

@@ -54,20 +54,24 @@ def generator_class(hf_config: Any) -> type:
 
 class ModelRunner:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
-                 optimizations: str | None = None, generator: Any = None) -> None:
+                 optimizations: str | None = None, generator: Any = None,
+                 mesh_shape: tuple[int, int] | None = None) -> None:
         """``generator``: an already built object with the contract's methods (on its own device), used instead
-        of building the checkpoint's class (tests and benchmarks of the engine alone pass one that does no work)."""
+        of building the checkpoint's class (tests and benchmarks of the engine alone pass one that does no work).
+        ``mesh_shape``: the device (or host) mesh, split into ``data_parallel_size`` submeshes; default
+        ``(1, data_parallel_size)``."""
         hf_config = checkpoint.config
         self.config = config
         self.vocab_size: int = decoder_config(hf_config).vocab_size
         self.uses_cross = uses_cross_attention(hf_config)
         self.image_text = is_image_text(hf_config)
         self.device = None
+        replicas = config.data_parallel_size
         if generator is None:
-            self.device = open_device(backend)
+            self.device = open_device(backend, mesh_shape=mesh_shape or (1, replicas))
             generator = generator_class(hf_config).from_state_dict(
                 hf_config, checkpoint.state_dict, self.device, config.max_num_seqs, max_seq_len=config.max_model_len,
-                optimizations=optimizations)
+                optimizations=optimizations, tt_data_parallel=replicas)
         self.model = generator
         shape = kv_shape(hf_config)
         self.kv_cache = self.model.allocate_kv_cache(
@@ -77,7 +81,8 @@ class ModelRunner:
         self.batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size,
                                 page_table_width(config.max_model_len, config.block_size, config.num_kv_blocks),
                                 max_cross_blocks=max_cross, cross_optional=self.image_text)
-        self._host_kv: dict[int, list[torch.Tensor]] = {}  # swapped-out blocks by host block id
+        self.slots_per_replica = config.max_num_seqs // replicas
+        self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
 
     def close(self) -> None:
         if self.device is not None:
@@ -97,11 +102,14 @@ class ModelRunner:
             self.batch.append_token(seq.key, token_id)
 
     def _sync(self, seq: Sequence, kv: Any) -> None:
-        """Put the sequence in a row if it has none, and bring its row's block table up to date: the table
-        only grows, except that a copy-on-write replaces its last block (compared in O(1))."""
+        """Put the sequence in a free row of its replica's slots if it has none, and bring its row's block table
+        up to date: the table only grows, except that a copy-on-write replaces its last block (compared in
+        O(1))."""
         if seq.key not in self.batch.row_of:
             cross = kv.cross_table(seq.request.request_id) if self.uses_cross else None
-            self.batch.add_request(seq.key, seq.token_ids, kv.self_table(seq.seq_id), cross_block_ids=cross,
+            first = seq.request.replica * self.slots_per_replica
+            slot = self.batch.free_row(range(first, first + self.slots_per_replica))
+            self.batch.add_request(seq.key, seq.token_ids, kv.self_table(seq.seq_id), slot=slot, cross_block_ids=cross,
                                    encoder_len=seq.request.encoder_len, num_computed_tokens=seq.num_computed)
             return
         row = self.batch.row_of[seq.key]
@@ -113,11 +121,12 @@ class ModelRunner:
 
     # Steps.
 
-    def execute(self, out: SchedulerOutput, kv: Any) -> torch.Tensor:
-        """Run the step; returns float32 logits ``[len(out.scheduled), vocab]`` at each row's last token."""
+    def execute(self, out: SchedulerOutput, kvs: list[Any]) -> torch.Tensor:
+        """Run the step (``kvs``: each replica's block manager); returns float32 logits ``[len(out.scheduled),
+        vocab]`` at each row's last token."""
         self.execute_swaps(out)
         for seq, _ in out.scheduled:
-            self._sync(seq, kv)
+            self._sync(seq, kvs[seq.request.replica])
         step = self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
         if out.is_prefill:
             encoder_inputs = None
@@ -156,20 +165,20 @@ class ModelRunner:
             request.vision_masks = (mask, text_row)
         return logits
 
-    def write_cross(self, states: torch.Tensor, cross_blocks: list[int], encoder_len: int) -> None:
-        """One request's encoder states, computed elsewhere, into its cross blocks (``write_cross_kv``)."""
+    def write_cross(self, states: torch.Tensor, cross_blocks: list[int], encoder_len: int, replica: int) -> None:
+        """One request's encoder states, computed elsewhere, into its cross blocks on ``replica``
+        (``write_cross_kv``, with a slot of that replica)."""
         self.model.write_cross_kv(self.kv_cache, [states], torch.tensor([cross_blocks], dtype=torch.int32),
-                                  [encoder_len])
+                                  [encoder_len], empty_slots=[replica * self.slots_per_replica])
 
     def execute_swaps(self, out: SchedulerOutput) -> None:
         """Swap-outs first: their device blocks may be the ones a swap-in or this step writes next."""
-        if out.swap_out:
-            device_blocks, host_blocks = zip(*out.swap_out.items())
-            data = self.model.read_kv_blocks(self.kv_cache, device_blocks)
+        for replica, mapping in out.swap_out.items():
+            device_blocks, host_blocks = zip(*mapping.items())
+            (data,) = self.model.read_kv_blocks(self.kv_cache, device_blocks, replicas=[replica])
             for i, host in enumerate(host_blocks):
-                self._host_kv[host] = [replica[:, :, i] for replica in data]
-        if out.swap_in:
-            host_blocks, device_blocks = zip(*out.swap_in.items())
-            data = [torch.stack([self._host_kv.pop(h)[r] for h in host_blocks], dim=2)
-                    for r in range(len(self.kv_cache))]
-            self.model.write_kv_blocks(self.kv_cache, device_blocks, data)
+                self._host_kv[replica, host] = data[:, :, i]
+        for replica, mapping in out.swap_in.items():
+            host_blocks, device_blocks = zip(*mapping.items())
+            data = torch.stack([self._host_kv.pop((replica, h)) for h in host_blocks], dim=2)
+            self.model.write_kv_blocks(self.kv_cache, device_blocks, [data], replicas=[replica])

@@ -94,6 +94,7 @@ class Request:
         self.params = params
         self.eos_token_id = eos_token_id
         self.status = RequestStatus.WAITING
+        self.replica = 0  # the data-parallel replica it runs on, for its whole life (Scheduler.place)
         self.seqs: list[Sequence] = []
         self.encoder_cached = False  # its cross K/V is in its cross blocks
         # Image+text models: (cross_attention_mask, full_text_row_masked_out_mask) from the prefill that wrote its

@@ -38,15 +38,23 @@ from tt_models.engine.request import Request, RequestStatus, Sequence
 class SchedulerOutput:
     is_prefill: bool = False
     scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
-    swap_out: dict[int, int] = field(default_factory=dict)  # device block -> host block, before the step
-    swap_in: dict[int, int] = field(default_factory=dict)  # host block -> device block, after swap_out
+    # Per replica: device block -> host block (before the step), host block -> device block (after swap_out).
+    swap_out: dict[int, dict[int, int]] = field(default_factory=dict)
+    swap_in: dict[int, dict[int, int]] = field(default_factory=dict)
     preempted: list[Sequence] = field(default_factory=list)  # sequences that left the batch
 
 
 class Scheduler:
+    """With data parallelism each replica has its own KV pool (``kvs[r]``) and ``max_num_seqs / replicas`` batch
+    slots; a request is placed on a replica when it arrives (the one with the fewest unfinished requests) and
+    stays there: its blocks come from that pool only, it is preempted only for that replica's requests, and
+    admission is FCFS within each replica."""
+
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.kv = KVBlockManager(config.num_kv_blocks, config.block_size, config.num_host_kv_blocks)
+        self.kvs = [KVBlockManager(config.num_kv_blocks, config.block_size, config.num_host_kv_blocks)
+                    for _ in range(config.data_parallel_size)]
+        self.slots_per_replica = config.max_num_seqs // config.data_parallel_size
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -55,6 +63,25 @@ class Scheduler:
     @property
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    @property
+    def kv(self) -> KVBlockManager:
+        """The KV pool of a single replica."""
+        if len(self.kvs) != 1:
+            raise ValueError(f"{len(self.kvs)} replicas have a pool each: use kvs[replica]")
+        return self.kvs[0]
+
+    @property
+    def num_free_blocks(self) -> int:
+        return sum(kv.num_free_blocks for kv in self.kvs)
+
+    def place(self, request: Request) -> None:
+        """Put a new request on the replica with the fewest unfinished requests (lowest index on ties)."""
+        load = [0] * len(self.kvs)
+        for queue in (self.waiting, self.running, self.swapped):
+            for other in queue:
+                load[other.replica] += 1
+        request.replica = min(range(len(load)), key=load.__getitem__)
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -72,11 +99,11 @@ class Scheduler:
     # Finishing.
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        self.kv.fork(parent.seq_id, child.seq_id)
+        self.kvs[parent.request.replica].fork(parent.seq_id, child.seq_id)
 
     def free_seq(self, seq: Sequence) -> None:
         """A finished sequence gives back its self blocks at once."""
-        self.kv.free(seq.seq_id)
+        self.kvs[seq.request.replica].free(seq.seq_id)
 
     def finish(self, request: Request) -> None:
         """All sequences of ``request`` are done (or it is aborted): give back every block it holds."""
@@ -86,32 +113,37 @@ class Scheduler:
             self.swapped.remove(request)
         elif request.status is RequestStatus.WAITING:
             self.waiting.remove(request)
+        kv = self.kvs[request.replica]
         if request.status is not RequestStatus.WAITING:
             for seq in request.live_seqs:
-                self.kv.free(seq.seq_id)
-        if self.kv.has_cross(request.request_id):  # a waiting request holds none, or reserved ones
-            self.kv.free_cross(request.request_id)
+                kv.free(seq.seq_id)
+        if kv.has_cross(request.request_id):  # a waiting request holds none, or reserved ones
+            kv.free_cross(request.request_id)
         request.status = RequestStatus.FINISHED
 
     # Steps.
 
-    def _slots_used(self) -> int:
-        return sum(r.num_slots for r in self.running)
+    def _slots_used(self, replica: int) -> int:
+        return sum(r.num_slots for r in self.running if r.replica == replica)
 
     def _swap_in(self, out: SchedulerOutput) -> list[tuple[Sequence, int]]:
         """Bring swapped-out requests back, oldest first, while their blocks, one more block per sequence
         and their slots fit; they decode in this step."""
         scheduled: list[tuple[Sequence, int]] = []
-        while self.swapped:
-            request = self.swapped[0]
-            seqs = request.live_seqs
-            blocks = self.kv.num_request_blocks(request.request_id)
-            if (self._slots_used() + len(seqs) > self.config.max_num_seqs
-                    or blocks + len(seqs) > self.kv.num_free_blocks):
-                break
-            out.swap_in.update(self.kv.swap_in(request.request_id))
+        blocked: set[int] = set()  # replicas whose oldest swapped-out request does not fit: the rest wait
+        for request in list(self.swapped):
+            if request.replica in blocked:
+                continue
+            kv, seqs = self.kvs[request.replica], request.live_seqs
+            blocks = kv.num_request_blocks(request.request_id)
+            if (self._slots_used(request.replica) + len(seqs) > self.slots_per_replica
+                    or blocks + len(seqs) > kv.num_free_blocks):
+                blocked.add(request.replica)
+                continue
+            out.swap_in.setdefault(request.replica, {}).update(kv.swap_in(request.request_id))
             request.status = RequestStatus.RUNNING
-            self.running.append(self.swapped.popleft())
+            self.swapped.remove(request)
+            self.running.append(request)
             scheduled += self._append_slots(seqs)
         return scheduled
 
@@ -120,7 +152,7 @@ class Scheduler:
         a prefill next step instead of decoding now."""
         scheduled = []
         for seq in seqs:
-            if self.kv.append(seq.seq_id) is not None:
+            if self.kvs[seq.request.replica].append(seq.seq_id) is not None:
                 seq.redo_last_block = True
             else:
                 scheduled.append((seq, 1))
@@ -152,11 +184,18 @@ class Scheduler:
         for request in self.running:
             if not take(request):
                 return scheduled
-        while self.waiting and not self.swapped and budget > 0:
-            request = self.waiting[0]
-            if not self._admit(request):
+        # FCFS per replica: a replica's admissions stop at its first request that does not fit, and while it
+        # has swapped-out requests (they come back first).
+        blocked = {r.replica for r in self.swapped}
+        for request in list(self.waiting):
+            if budget <= 0 or len(blocked) == len(self.kvs):
                 break
-            self.waiting.popleft()
+            if request.replica in blocked:
+                continue
+            if not self._admit(request):
+                blocked.add(request.replica)
+                continue
+            self.waiting.remove(request)
             self.running.append(request)
             if not take(request):
                 break
@@ -164,18 +203,18 @@ class Scheduler:
 
     def _admit(self, request: Request) -> bool:
         """Allocate the blocks of a waiting request (new, or preempted by recomputation) if they fit."""
-        seqs = request.live_seqs
-        if self._slots_used() + request.num_slots > self.config.max_num_seqs:
+        seqs, kv = request.live_seqs, self.kvs[request.replica]
+        if self._slots_used(request.replica) + request.num_slots > self.slots_per_replica:
             return False
         prompt_len = len(request.inputs.prompt_token_ids)
-        cross = 0 if self.kv.has_cross(request.request_id) else self.kv.num_blocks_for(request.encoder_len)
-        need = cross + sum(self.kv.num_blocks_for(len(s.token_ids)) for s in seqs)
-        if need > self.kv.num_free_blocks:
+        cross = 0 if kv.has_cross(request.request_id) else kv.num_blocks_for(request.encoder_len)
+        need = cross + sum(kv.num_blocks_for(len(s.token_ids)) for s in seqs)
+        if need > kv.num_free_blocks:
             return False
-        self.kv.allocate(request.request_id, [s.seq_id for s in seqs], prompt_len, request.encoder_len or None)
+        kv.allocate(request.request_id, [s.seq_id for s in seqs], prompt_len, request.encoder_len or None)
         for seq in seqs:  # recomputation: each sequence's output tokens, in blocks of its own
             if len(seq.token_ids) > prompt_len:
-                self.kv.append(seq.seq_id, len(seq.token_ids) - prompt_len)
+                kv.append(seq.seq_id, len(seq.token_ids) - prompt_len)
         request.status = RequestStatus.RUNNING
         if request.metrics.first_scheduled_time is None:
             request.metrics.first_scheduled_time = time.monotonic()
@@ -186,14 +225,16 @@ class Scheduler:
         i = 0
         while i < len(self.running):
             request = self.running[i]
-            seqs = request.live_seqs
-            while sum(self.kv.blocks_to_append(s.seq_id) for s in seqs) > self.kv.num_free_blocks:
-                victim = self.running[-1]
+            seqs, kv = request.live_seqs, self.kvs[request.replica]
+            while sum(kv.blocks_to_append(s.seq_id) for s in seqs) > kv.num_free_blocks:
+                # The most recently admitted request of the same replica: only its blocks free this pool.
+                victim = next(r for r in reversed(self.running) if r.replica == request.replica)
                 self._preempt(victim, out)
                 if victim is request:
-                    return scheduled
-            scheduled += self._append_slots(seqs)
-            i += 1
+                    break
+            else:
+                scheduled += self._append_slots(seqs)
+                i += 1
         return scheduled
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
@@ -202,18 +243,19 @@ class Scheduler:
         self.num_preemptions += 1
         seqs = request.live_seqs
         out.preempted += seqs
+        kv = self.kvs[request.replica]
         mode = self.config.preemption_mode or ("recompute" if len(seqs) == 1 else "swap")
-        if mode == "swap" and self.kv.can_swap_out(request.request_id):
-            out.swap_out.update(self.kv.swap_out(request.request_id))
+        if mode == "swap" and kv.can_swap_out(request.request_id):
+            out.swap_out.setdefault(request.replica, {}).update(kv.swap_out(request.request_id))
             request.status = RequestStatus.SWAPPED
             self.swapped.append(request)
             return
         for seq in seqs:
-            self.kv.free(seq.seq_id)
+            kv.free(seq.seq_id)
             seq.num_computed = 0
             seq.redo_last_block = False
         if request.encoder_len:
-            self.kv.free_cross(request.request_id)
+            kv.free_cross(request.request_id)
         request.encoder_cached = False
         request.status = RequestStatus.WAITING
         self.waiting.appendleft(request)

@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=int, help="decoder context (default: the model's)")
     serve.add_argument("--num-kv-blocks", type=int, help="KV pool size in blocks (default: sized from 2 GiB)")
     serve.add_argument("--max-num-batched-tokens", type=int, help="prefill tokens per step")
+    serve.add_argument("--data-parallel-size", type=int, default=1,
+                       help="model replicas, one per submesh of the device (or of a host mesh); --max-num-seqs is "
+                            "shared among them and --num-kv-blocks is per replica")
     serve.add_argument("--max-num-waiting", type=int,
                        help="waiting requests per model beyond which new ones get 503 (default: unlimited)")
     serve.add_argument("--optimizations", choices=["accuracy", "performance"],
@@ -80,7 +83,7 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
         raise SystemExit(f"served model names must differ, got {names}")
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, block_size=args.block_size,
                           num_kv_blocks=args.num_kv_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_num_waiting=args.max_num_waiting)
+                          max_num_waiting=args.max_num_waiting, data_parallel_size=args.data_parallel_size)
     role = getattr(args, "role", "both")
     if (role != "both") != bool(getattr(args, "broker", None)):
         raise SystemExit("--broker redis://HOST:PORT is what --role encode / prefill_decode need, and only they")

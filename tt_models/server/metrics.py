@@ -39,8 +39,9 @@ class _EngineState(Collector):
                 continue
             for state, family in states.items():
                 family.add_metric([name], len(getattr(scheduler, state)))
-            in_use.add_metric([name], engine.config.num_kv_blocks - scheduler.kv.num_free_blocks)
-            total.add_metric([name], engine.config.num_kv_blocks)
+            pool = engine.config.num_kv_blocks * len(scheduler.kvs)  # every replica's
+            in_use.add_metric([name], pool - scheduler.num_free_blocks)
+            total.add_metric([name], pool)
         yield from states.values()
         yield in_use
         yield total

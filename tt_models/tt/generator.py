@@ -86,19 +86,24 @@ class Generator(VllmModelInterface):
 
     # Swap: tt-models' extension of the contract, for an engine that preempts by swapping KV to host memory.
 
-    def read_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int]) -> list[torch.Tensor]:
-        """The K/V of ``block_ids`` in every layer, per replica: ``[layers, 2, len(block_ids), n_kv_heads,
-        block_size, head_dim]`` float32 host tensors (values as the cache dtype holds them)."""
+    def read_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int],
+                       replicas: Sequence[int] | None = None) -> list[torch.Tensor]:
+        """The K/V of ``block_ids`` in every layer, per replica (of ``replicas``, default all: with data
+        parallelism each replica's blocks are its own): ``[layers, 2, len(block_ids), n_kv_heads, block_size,
+        head_dim]`` float32 host tensors (values as the cache dtype holds them)."""
         out = []
-        for cache, device in zip(kv_cache, self.devices):
+        for replica in range(len(self.devices)) if replicas is None else replicas:
+            cache, device = kv_cache[replica], self.devices[replica]
             with use(device):
                 out.append(torch.stack([torch.stack([torch.cat([self._read_block(t, b, device) for b in block_ids])
                                                      for t in layer]) for layer in cache]))
         return out
 
-    def write_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int], data: list[torch.Tensor]) -> None:
+    def write_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int], data: list[torch.Tensor],
+                        replicas: Sequence[int] | None = None) -> None:
         """Write what :meth:`read_kv_blocks` returned into ``block_ids`` (``fill_cache`` of whole blocks)."""
-        for cache, device, values in zip(kv_cache, self.devices, data):
+        for replica, values in zip(range(len(self.devices)) if replicas is None else replicas, data):
+            cache, device = kv_cache[replica], self.devices[replica]
             with use(device):
                 for layer, layer_values in zip(cache, values):
                     for t, blocks in zip(layer, layer_values):

@@ -9,8 +9,8 @@ Extension of the decoder-only contract (documented in the README):
   (``encoder_lens = 0`` in padding rows).
 - ``encode_forward(encoder_inputs)``: encoder states only, for an encoder that runs apart (an encode instance
   of a disaggregated deployment, ``tt_models.disagg``).
-- ``write_cross_kv(kv_cache, encoder_states, cross_page_table, encoder_lens)``: the cross K/V of encoder states
-  computed elsewhere into the rows' cross blocks; a later ``prefill_forward`` takes those rows with
+- ``write_cross_kv(kv_cache, encoder_states, cross_page_table, encoder_lens, empty_slots=None)``: the cross K/V
+  of encoder states computed elsewhere into the rows' cross blocks (of the replica owning each row's slot); a later ``prefill_forward`` takes those rows with
   ``encoder_inputs[i] = None``. ``write_cross_kv`` after ``encode_forward`` writes what a ``prefill_forward`` with
   the encoder input would have written.
 """
@@ -102,23 +102,26 @@ class Seq2SeqGenerator(Generator):
                     for row, entry in enumerate(encoder_inputs)]
 
     def write_cross_kv(self, kv_cache: Any, encoder_states: list[torch.Tensor], cross_page_table: Any,
-                       encoder_lens: Any) -> None:
+                       encoder_lens: Any, empty_slots: Any = None, **kwargs: Any) -> None:
         """Row ``i``'s states ``[encoder_lens[i], dim]`` (as ``encode_forward`` gives them) into the cross blocks of
-        ``cross_page_table[i]``, on every replica: a request may run on any of them."""
+        ``cross_page_table[i]``, in the cache of the replica owning batch slot ``empty_slots[i]`` (default ``i``),
+        as ``prefill_forward`` places rows."""
         cross_page_table, encoder_lens = as_torch(cross_page_table, torch.int32), as_torch(encoder_lens).tolist()
         if not len(encoder_states) == len(cross_page_table) == len(encoder_lens):
             raise ValueError(f"{len(encoder_states)} encoder states, {len(cross_page_table)} cross tables, "
                              f"{len(encoder_lens)} encoder_lens")
         dim = self.models[0].args.dim
-        for row, (states, length) in enumerate(zip(encoder_states, encoder_lens)):
+        slots = range(len(encoder_lens)) if empty_slots is None else as_torch(empty_slots).tolist()
+        for row, (states, length, slot) in enumerate(zip(encoder_states, encoder_lens, slots)):
             if not 0 < length <= self.max_cross_attn_tokens or tuple(states.shape) != (length, dim):
                 raise ValueError(f"write_cross_kv row {row}: states of shape {list(states.shape)} for encoder_len "
                                  f"{length}; expected [{length}, {dim}] with 0 < encoder_len <= "
                                  f"{self.max_cross_attn_tokens}")
-            for model, device, cache in zip(self.models, self.devices, kv_cache):
-                with use(device):
-                    model.decoder.fill_cross(as_tensor(states[None, None], device), length, cross_page_table[row],
-                                             cache)
+            replica = self.replica_of_slot(slot)
+            model, device = self.models[replica], self.devices[replica]
+            with use(device):
+                model.decoder.fill_cross(as_tensor(states[None, None], device), length, cross_page_table[row],
+                                         kv_cache[replica])
 
     def dummy_encoder_input(self, args: Seq2SeqArgs) -> dict[str, torch.Tensor]:
         raise NotImplementedError
