@@ -35,10 +35,11 @@ def prompt(i: int, length: int, encoder_len: int = 0):
             "decoder_prompt": {"prompt_token_ids": tokens}}
 
 
-def params(max_tokens: int, n: int = 1, seed: int = 0) -> SamplingParams:
+def params(max_tokens: int, n: int = 1, seed: int = 0, stop: list[int] | None = None) -> SamplingParams:
+    stop = dict(stop_token_ids=stop) if stop else {}
     if n == 1:
-        return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    return SamplingParams(temperature=1.0, seed=seed, n=n, max_tokens=max_tokens, ignore_eos=True)
+        return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **stop)
+    return SamplingParams(temperature=1.0, seed=seed, n=n, max_tokens=max_tokens, ignore_eos=True, **stop)
 
 
 def run(engine: LLMEngine, requests: list[tuple], arrivals: list[int] | None = None) -> dict[str, list[list[int]]]:
@@ -66,9 +67,10 @@ def solo(encoder_decoder: bool, request: tuple) -> list[list[int]]:
     return run(make_engine(encoder_decoder), [request])[request[0]]
 
 
-def workload(encoder_decoder: bool, lengths: list[tuple[int, int, int, int]]) -> list[tuple]:
-    """``(prompt_len, encoder_len, max_tokens, n)`` -> requests."""
-    return [(f"r{i}", prompt(i, p, e if encoder_decoder else 0), params(m, n, seed=i))
+def workload(encoder_decoder: bool, lengths: list[tuple[int, int, int, int]],
+             stop: list[int] | None = None) -> list[tuple]:
+    """``(prompt_len, encoder_len, max_tokens, n)`` -> requests (``stop``: stop token ids of every request)."""
+    return [(f"r{i}", prompt(i, p, e if encoder_decoder else 0), params(m, n, seed=i, stop=stop))
             for i, (p, e, m, n) in enumerate(lengths)]
 
 
@@ -84,10 +86,11 @@ MIXED = [(5, 20, 150, 1), (70, 3, 12, 1), (33, 64, 100, 2), (1, 100, 120, 1), (6
     dict(num_kv_blocks=16, preemption_mode="swap"),
     dict(num_kv_blocks=16, preemption_mode="recompute", max_num_seqs=6),
 ], ids=["roomy", "chunked-40", "unchunked", "small-pool", "small-pool-swap", "small-pool-recompute-6-slots"])
-def test_mixed_workload_equals_solo_runs(encoder_decoder, config):
+@pytest.mark.parametrize("async_decode", [False, True], ids=["sync", "async"])
+def test_mixed_workload_equals_solo_runs(encoder_decoder, config, async_decode):
     requests = workload(encoder_decoder, MIXED)
     expected = {r[0]: solo(encoder_decoder, r) for r in requests}
-    engine = make_engine(encoder_decoder, **config)
+    engine = make_engine(encoder_decoder, async_decode=async_decode, **config)
     assert run(engine, requests, arrivals=[0, 0, 3, 5, 5, 20]) == expected
     if "num_kv_blocks" in config:
         assert engine.scheduler.num_preemptions > 0, "the small pool should force preemption"
@@ -160,9 +163,11 @@ def test_steps_are_all_prefill_or_all_decode():
     assert engine.stats["prefill_steps"] + engine.stats["decode_steps"] == len(engine.runner.model.calls)
 
 
-def test_abort_frees_blocks_everywhere():
+@pytest.mark.parametrize("async_decode", [False, True], ids=["sync", "async"])
+def test_abort_frees_blocks_everywhere(async_decode):
     """Aborted while waiting, running and swapped out: every block comes back."""
-    engine = make_engine(num_kv_blocks=16, preemption_mode="swap", max_num_batched_tokens=32)
+    engine = make_engine(num_kv_blocks=16, preemption_mode="swap", max_num_batched_tokens=32,
+                         async_decode=async_decode)
     requests = workload(False, [(40, 0, 200, 1), (40, 0, 200, 1), (90, 0, 150, 2), (10, 0, 200, 1), (10, 0, 200, 1),
                                 (5, 0, 10, 1)])
     for r in requests[:5]:
@@ -258,12 +263,16 @@ def test_allowed_and_logprob_token_ids_through_the_engine():
     chunked=st.booleans(),
     mode=st.sampled_from([None, "recompute", "swap"]),
     max_num_seqs=st.integers(3, 8),
+    stop=st.sampled_from([None, [5], [41, 60]]),
+    async_decode=st.booleans(),
 )
 def test_random_workloads_equal_solo_runs(encoder_decoder, lengths, arrivals, num_kv_blocks, budget, chunked, mode,
-                                          max_num_seqs):
-    requests = workload(encoder_decoder, lengths)
+                                          max_num_seqs, stop, async_decode):
+    """Solo runs are synchronous: with ``async_decode`` the outputs, stops included, are the same."""
+    requests = workload(encoder_decoder, lengths, stop)
     config = dict(num_kv_blocks=num_kv_blocks, max_num_batched_tokens=budget if chunked else None,
-                  enable_chunked_prefill=chunked, preemption_mode=mode, max_num_seqs=max_num_seqs)
+                  enable_chunked_prefill=chunked, preemption_mode=mode, max_num_seqs=max_num_seqs,
+                  async_decode=async_decode)
     engine = make_engine(encoder_decoder, **config)
     fits = []
     for r in requests:  # requests that can never fit this pool are refused up front

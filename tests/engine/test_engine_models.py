@@ -215,11 +215,14 @@ def _compare_with_solo(name: str, outputs: dict, solo: dict) -> None:
             assert got.token_ids[k] in top and margin < NEAR_TIE, f"{request_id}: not a near-tie at token {k}"
 
 
-@pytest.mark.parametrize("run", ["together-chunked", "over-time-unchunked", "small-pool"])
+@pytest.mark.parametrize("run", ["together-chunked", "over-time-unchunked", "small-pool", "async-decode"])
 def test_batched_runs_equal_solo_runs(case, solo, run):
     if run == "together-chunked":
         engine = _engine(case, max_num_batched_tokens=48)
         outputs = _run(engine, case.requests)
+    elif run == "async-decode":  # each decode step issued before the previous step's tokens are detokenized
+        engine = _engine(case, async_decode=True, num_kv_blocks=case.small_pool)
+        outputs = _run(engine, case.requests, arrive_every=1)
     elif run == "over-time-unchunked":
         engine = _engine(case, enable_chunked_prefill=False)
         outputs = _run(engine, case.requests, arrive_every=2)

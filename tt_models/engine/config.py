@@ -80,6 +80,8 @@ class EngineConfig:
 
     ``data_parallel_size`` replicas of the model (one per submesh) share ``max_num_seqs`` batch slots equally; the
     KV sizes (``num_kv_blocks``, ``num_host_kv_blocks``) are per replica: each has its own pools.
+    ``async_decode``: issue each decode step before detokenizing the previous one's tokens (see
+    ``LLMEngine.step``): the same outputs, the host's per-token work hidden behind the device's.
     """
 
     max_num_seqs: int = 32
@@ -92,6 +94,7 @@ class EngineConfig:
     preemption_mode: Literal["recompute", "swap"] | None = None
     max_num_waiting: int | None = None
     data_parallel_size: int = 1
+    async_decode: bool = False
 
     def resolve(self, hf_config: PretrainedConfig, max_encoder_len: int) -> EngineConfig:
         """Fill in the defaults and check the values against the model; raises ValueError naming the problem."""
@@ -131,4 +134,5 @@ class EngineConfig:
             num_kv_blocks=num_kv_blocks,
             num_host_kv_blocks=num_kv_blocks if self.num_host_kv_blocks is None else self.num_host_kv_blocks,
             max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
-            preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas)
+            preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas,
+            async_decode=self.async_decode)

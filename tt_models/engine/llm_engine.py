@@ -21,7 +21,7 @@ from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import InputProcessor, PromptType
 from tt_models.engine.model_runner import ModelRunner
 from tt_models.engine.outputs import RequestOutput
-from tt_models.engine.request import Request, Sequence
+from tt_models.engine.request import Request, RequestStatus, Sequence
 from tt_models.engine.sampling import LogitsRules, Sampler, SamplingParams
 from tt_models.engine.scheduler import Scheduler, SchedulerOutput
 
@@ -60,6 +60,7 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
+        self._pending: list[tuple[Sequence, int, Any]] = []  # sampled, not yet detokenized nor stop-checked
         self._seq_ids = itertools.count()
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
@@ -144,24 +145,42 @@ class LLMEngine:
     # Steps.
 
     def step(self) -> list[RequestOutput]:
-        """One model step; returns the outputs of every request that advanced (finished ones included)."""
+        """One model step; returns the outputs of every request that advanced (finished ones included).
+
+        With ``async_decode`` a decode step is issued before the previous step's tokens are detokenized and
+        checked for stops: that host work runs while the device computes, and this step returns the previous
+        step's outputs. A sequence that turns out to have stopped still ran in this step; its token is discarded.
+        """
         self.service()
         out = self.scheduler.schedule()
         for seq in out.preempted:
             self.runner.remove(seq)
+        if out.scheduled and not out.is_prefill and self.config.async_decode:
+            launched = self.runner.launch(out, self.scheduler.kvs)
+            outputs = self._commit()  # the previous step's tokens, while this one runs
+            self.stats["decode_steps"] += 1
+            self._pending = self._sample(out, self.runner.collect(launched))
+            return outputs
+        outputs = self._commit()
+        out.scheduled = [(seq, tokens) for seq, tokens in out.scheduled if not seq.finished]  # stopped just now
         if not out.scheduled:
             if out.swap_out or out.swap_in:  # nothing to run this step, but the blocks moved
                 self.runner.execute_swaps(out)
-            return []
+            return outputs
         logits = self.runner.execute(out, self.scheduler.kvs)
         self.stats["prefill_steps" if out.is_prefill else "decode_steps"] += 1
-        return self._process(out, logits)
+        self._pending = self._sample(out, logits)
+        return self._merge(outputs, self._commit())
 
-    def _process(self, out: SchedulerOutput, logits: torch.Tensor) -> list[RequestOutput]:
+    def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> list[tuple[Sequence, int, Any]]:
+        """Sample each sequence's next token and make it the sequence's next input; detokenizing and stop checks
+        are :meth:`_commit`'s. Prefills that complete a prompt fork the other ``n - 1`` sequences."""
         now = time.monotonic()
         rows: list[int] = []
         seqs: list[Sequence] = []
         for i, (seq, tokens) in enumerate(out.scheduled):
+            if seq.finished:
+                continue  # it stopped (or was aborted) after this step was issued: its token is discarded
             seq.num_computed += tokens
             seq.redo_last_block = False
             request = seq.request
@@ -175,29 +194,47 @@ class LLMEngine:
                 family += [self._fork(seq, index) for index in range(1, request.params.n)]
             rows += [i] * len(family)
             seqs += family
+        if not seqs:
+            return []
+        if rows != list(range(len(logits))):  # forks repeat a row; finished chunks and stopped sequences drop rows
+            logits = logits[rows]
+        sampled = self.sampler.sample(logits, [s.state for s in seqs])
+        pending = []
+        for seq, token, logprobs in zip(seqs, sampled.tokens.tolist(), sampled.logprobs):
+            if seq.request.metrics.first_token_time is None:
+                seq.request.metrics.first_token_time = now
+            seq.add_token(token)
+            self.runner.append_token(seq, token)
+            pending.append((seq, token, logprobs))
+        return pending
 
+    def _commit(self) -> list[RequestOutput]:
+        """Detokenize the sampled tokens and check stops: finished sequences and requests give back their blocks."""
+        pending, self._pending = self._pending, []
         touched: dict[str, Request] = {}
-        if seqs:
-            if rows != list(range(len(logits))):  # forks repeat a row; finished chunks drop rows
-                logits = logits[rows]
-            sampled = self.sampler.sample(logits, [s.state for s in seqs])
-            for seq, token, logprobs in zip(seqs, sampled.tokens.tolist(), sampled.logprobs):
-                request = seq.request
-                if request.metrics.first_token_time is None:
-                    request.metrics.first_token_time = now
-                seq.append_token(token, logprobs)
-                self.stats["generated_tokens"] += 1
-                touched[request.request_id] = request
-                if seq.finished:
-                    self.runner.remove(seq)
+        for seq, token, logprobs in pending:
+            request = seq.request
+            if seq.finished or request.request_id not in self.requests:
+                continue  # aborted meanwhile
+            seq.commit_token(token, logprobs)
+            self.stats["generated_tokens"] += 1
+            touched[request.request_id] = request
+            if seq.finished:
+                self.runner.remove(seq)
+                if request.status is not RequestStatus.WAITING:  # preempted since it was sampled: holds nothing
                     self.scheduler.free_seq(seq)
-                else:
-                    self.runner.append_token(seq, token)
         for request in touched.values():
             if not request.live_seqs and len(request.seqs) == request.params.n:
                 self.requests.pop(request.request_id)
                 self._finish(request)
         return [request.output() for request in touched.values()]
+
+    @staticmethod
+    def _merge(first: list[RequestOutput], then: list[RequestOutput]) -> list[RequestOutput]:
+        """Outputs of two commits; a request in both is reported once, with its latest output."""
+        latest = {o.request_id: o for o in first}
+        latest.update((o.request_id, o) for o in then)
+        return list(latest.values())
 
     def _new_seq(self, request: Request, index: int) -> Sequence:
         params = request.child_params(index)

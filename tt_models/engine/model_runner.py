@@ -124,34 +124,47 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput, kvs: list[Any]) -> torch.Tensor:
         """Run the step (``kvs``: each replica's block manager); returns float32 logits ``[len(out.scheduled),
         vocab]`` at each row's last token."""
+        if not out.is_prefill:
+            return self.collect(self.launch(out, kvs))
+        step = self._prepare(out, kvs)
+        encoder_inputs = None
+        if self.uses_cross:
+            encoder_inputs = [None if seq.request.encoder_cached else seq.request.inputs.encoder_input
+                              for seq, _ in out.scheduled]
+        kwargs = self.batch.prefill_kwargs(step, encoder_inputs)
+        if self.image_text:
+            logits = self._prefill_image_text(kwargs, [seq.request for seq, _ in out.scheduled])
+        else:
+            logits = self.model.prefill_forward(**kwargs, kv_cache=self.kv_cache)
+        self.batch.advance(step)
+        return logits[:, 0, : self.vocab_size].float()
+
+    def launch(self, out: SchedulerOutput, kvs: list[Any]) -> tuple[Any, Any]:
+        """Issue a decode step without reading its output (``read_from_device=False``): on a device the host is free
+        until :meth:`collect`."""
+        step = self._prepare(out, kvs)
+        kwargs = self.batch.decode_kwargs(step)
+        if self.image_text:
+            masks = [(None, None)] * self.config.max_num_seqs
+            for seq, _ in out.scheduled:
+                masks[self.batch.row_of[seq.key]] = seq.request.vision_masks
+            kwargs.update(cross_attention_masks=[m[0] for m in masks],
+                          full_text_row_masked_out_mask=[m[1] for m in masks])
+        tt_out = self.model.decode_forward(**kwargs, kv_cache=self.kv_cache, read_from_device=False)
+        self.batch.advance(step)
+        return tt_out, step.rows
+
+    def collect(self, launched: tuple[Any, Any]) -> torch.Tensor:
+        """A launched decode step's logits, as :meth:`execute` returns them (waits for the device)."""
+        tt_out, rows = launched
+        logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))
+        return logits[torch.from_numpy(rows).long(), 0, : self.vocab_size].float()
+
+    def _prepare(self, out: SchedulerOutput, kvs: list[Any]) -> Any:
         self.execute_swaps(out)
         for seq, _ in out.scheduled:
             self._sync(seq, kvs[seq.request.replica])
-        step = self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
-        if out.is_prefill:
-            encoder_inputs = None
-            if self.uses_cross:
-                encoder_inputs = [None if seq.request.encoder_cached else seq.request.inputs.encoder_input
-                                  for seq, _ in out.scheduled]
-            kwargs = self.batch.prefill_kwargs(step, encoder_inputs)
-            if self.image_text:
-                logits = self._prefill_image_text(kwargs, [seq.request for seq, _ in out.scheduled])
-            else:
-                logits = self.model.prefill_forward(**kwargs, kv_cache=self.kv_cache)
-            logits = logits[:, 0]
-        else:
-            kwargs = self.batch.decode_kwargs(step)
-            if self.image_text:
-                masks = [(None, None)] * self.config.max_num_seqs
-                for seq, _ in out.scheduled:
-                    masks[self.batch.row_of[seq.key]] = seq.request.vision_masks
-                kwargs.update(cross_attention_masks=[m[0] for m in masks],
-                              full_text_row_masked_out_mask=[m[1] for m in masks])
-            tt_out = self.model.decode_forward(**kwargs, kv_cache=self.kv_cache, read_from_device=False)
-            logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))
-            logits = logits[torch.from_numpy(step.rows).long(), 0]
-        self.batch.advance(step)
-        return logits[:, : self.vocab_size].float()
+        return self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
 
     def _prefill_image_text(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
         """The image+text contract: ``images`` instead of encoder inputs (None once a request's vision K/V is in

@@ -63,8 +63,17 @@ class Sequence:
 
     def append_token(self, token_id: int, logprobs: TokenLogprobs | None) -> None:
         """Record a sampled token, detokenize it and check whether the sequence is done."""
+        self.add_token(token_id)
+        self.commit_token(token_id, logprobs)
+
+    def add_token(self, token_id: int) -> None:
+        """A sampled token as the sequence's next input (and for the sampling penalties), before
+        :meth:`commit_token`: the engine may run the next step first."""
         self.token_ids.append(token_id)
         self.output_token_ids.append(token_id)
+
+    def commit_token(self, token_id: int, logprobs: TokenLogprobs | None) -> None:
+        """Detokenize the token :meth:`add_token` added last, record its logprobs and check stops."""
         added = self.detokenizer.step(token_id)
         if logprobs is not None:
             self.cumulative_logprob += logprobs.logprob
