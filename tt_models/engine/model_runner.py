@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
@@ -157,8 +158,10 @@ class ModelRunner:
     def collect(self, launched: tuple[Any, Any]) -> torch.Tensor:
         """A launched decode step's logits, as :meth:`execute` returns them (waits for the device)."""
         tt_out, rows = launched
-        logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))
-        return logits[torch.from_numpy(rows).long(), 0, : self.vocab_size].float()
+        logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))[:, 0, : self.vocab_size]
+        if not (len(rows) and rows[0] == 0 and rows[-1] == len(rows) - 1 and (np.diff(rows) == 1).all()):
+            logits = logits[torch.from_numpy(rows).long()]  # a full batch in row order needs no gather (a view)
+        return logits.float()
 
     def _prepare(self, out: SchedulerOutput, kvs: list[Any]) -> Any:
         self.execute_swaps(out)

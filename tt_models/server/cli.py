@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-parallel-size", type=int, default=1,
                        help="model replicas, one per submesh of the device (or of a host mesh); --max-num-seqs is "
                             "shared among them and --num-kv-blocks is per replica")
+    serve.add_argument("--async-decode", action="store_true",
+                       help="issue each decode step before detokenizing the previous one (hides host work behind the "
+                            "device's; same outputs)")
     serve.add_argument("--max-num-waiting", type=int,
                        help="waiting requests per model beyond which new ones get 503 (default: unlimited)")
     serve.add_argument("--optimizations", choices=["accuracy", "performance"],
@@ -83,7 +86,8 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
         raise SystemExit(f"served model names must differ, got {names}")
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, block_size=args.block_size,
                           num_kv_blocks=args.num_kv_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_num_waiting=args.max_num_waiting, data_parallel_size=args.data_parallel_size)
+                          max_num_waiting=args.max_num_waiting, data_parallel_size=args.data_parallel_size,
+                          async_decode=args.async_decode)
     role = getattr(args, "role", "both")
     if (role != "both") != bool(getattr(args, "broker", None)):
         raise SystemExit("--broker redis://HOST:PORT is what --role encode / prefill_decode need, and only they")
