@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tt_models.disagg.broker import Broker
 from tt_models.disagg.inbox import EncoderInbox
+from tt_models.engine.config import decoder_config
 from tt_models.engine.llm_engine import LLMEngine
 
 
@@ -12,13 +13,14 @@ def attach_encoder_inbox(engine: LLMEngine, broker: Broker, *, timeout: float = 
     encoder; the others (sent to this instance directly) still run it here."""
     if not engine.runner.uses_cross or not hasattr(engine.runner.model, "write_cross_kv"):
         raise ValueError(f"{engine.checkpoint.config.model_type} has no encoder outputs to receive: a "
-                         "prefill-decode instance serves encoder-decoder models (decoder-only ones need no encode "
-                         "instance)")
+                         "prefill-decode instance serves encoder-decoder and image+text models (decoder-only ones "
+                         "need no encode instance)")
     config = engine.config
     kvs = engine.scheduler.kvs
+    hf_config = engine.checkpoint.config
+    dim = getattr(hf_config, "d_model", None) or decoder_config(hf_config).hidden_size  # Mllama: its text width
     inbox = EncoderInbox(broker, kvs, engine.runner.write_cross, max_encoder_len=engine.runner.model.max_cross_attn_tokens,
-                         dim=engine.checkpoint.config.d_model,
-                         headroom_blocks=kvs[0].num_blocks_for(config.max_model_len), timeout=timeout)
+                         dim=dim, headroom_blocks=kvs[0].num_blocks_for(config.max_model_len), timeout=timeout)
     engine.encoder_inbox = inbox
     inbox.start()
     return inbox

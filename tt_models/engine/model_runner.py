@@ -174,9 +174,14 @@ class ModelRunner:
         its cross blocks, which its masks from that prefill then stand for); the masks it returns are kept."""
         encoder_inputs = kwargs.pop("encoder_inputs")
         kwargs.pop("encoder_lens")
+        masks = [r.vision_masks[0] for r in requests]
+        for i, request in enumerate(requests):
+            if masks[i] is None and request.encoder_cached and request.encoder_len:
+                # Its vision tokens came from an encode instance (tt_models.disagg): only the mask is computed here.
+                masks[i] = self.model.image_mask(request.inputs.encoder_input["image"])
         logits, masks, text_rows = self.model.prefill_forward(
             **kwargs, images=[None if e is None else [e["image"]] for e in encoder_inputs],
-            cross_attention_masks=[r.vision_masks[0] for r in requests], kv_cache=self.kv_cache)
+            cross_attention_masks=masks, kv_cache=self.kv_cache)
         for request, mask, text_row in zip(requests, masks, text_rows):
             request.vision_masks = (mask, text_row)
         return logits

@@ -26,6 +26,7 @@ from tt_models.models.mllama.masks import CrossAttentionMask, decode_text_row
 from tt_models.models.mllama.model import MllamaModel
 from tt_models.runtime import use
 from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.weights import as_tensor, to_host
 
 
 class MllamaForConditionalGeneration(Generator):
@@ -112,6 +113,44 @@ class MllamaForConditionalGeneration(Generator):
                                                                 cross_page_table[row], mask, cache))
             masks.append(mask)
         return torch.stack(logits)[:, None, :], masks, [decode_text_row(m) for m in masks]
+
+    # Encoder disaggregation (tt_models.disagg): the vision encoder on an encode instance.
+
+    def encode_forward(self, encoder_inputs: list[Any], **kwargs: Any) -> list[torch.Tensor]:
+        """Each ``{"image": PIL image}``'s vision tokens ``[max_num_tiles * patches, dim]`` (on the first replica):
+        what ``prefill_forward`` writes to the cross blocks of an image request."""
+        model, device = self.models[0], self.devices[0]
+        out = []
+        with use(device):
+            for row, entry in enumerate(encoder_inputs):
+                if not isinstance(entry, dict) or "image" not in entry:
+                    raise ValueError(f"encoder_inputs[{row}] must be a dict with 'image'")
+                out.append(to_host(model.vision_tokens(preprocess(self.image_processor, entry["image"])),
+                                   device)[0, 0].float())
+        return out
+
+    def write_cross_kv(self, kv_cache: Any, encoder_states: list[torch.Tensor], cross_page_table: Any,
+                       encoder_lens: Any, empty_slots: Any = None, **kwargs: Any) -> None:
+        """Vision tokens from :meth:`encode_forward` into row ``i``'s cross blocks, on the replica of its slot; a
+        later ``prefill_forward`` takes the row with ``images[i] = None`` and the mask of :meth:`image_mask`."""
+        cross_page_table, encoder_lens = as_torch(cross_page_table, torch.int32), as_torch(encoder_lens).tolist()
+        slots = range(len(encoder_lens)) if empty_slots is None else as_torch(empty_slots).tolist()
+        for row, (states, length, slot) in enumerate(zip(encoder_states, encoder_lens, slots)):
+            dim = self.models[0].text.args.dim
+            if length != self.max_cross_attn_tokens or tuple(states.shape) != (length, dim):
+                raise ValueError(f"write_cross_kv row {row}: states of shape {list(states.shape)} for encoder_len "
+                                 f"{length}; expected [{self.max_cross_attn_tokens}, {dim}]")
+            replica = self.replica_of_slot(slot)
+            with use(self.devices[replica]):
+                self.models[replica].text.fill_cross(as_tensor(states[None, None], self.devices[replica]),
+                                                     cross_page_table[row], kv_cache[replica])
+
+    def image_mask(self, image: Any) -> CrossAttentionMask:
+        """The mask of a request whose image's vision tokens are in its cross blocks already (written by
+        :meth:`write_cross_kv`): what its first ``prefill_forward`` takes in ``cross_attention_masks``. Only the
+        image's tile count is computed; the image token's position is the prefill's."""
+        num_tiles = preprocess(self.image_processor, image).num_tiles
+        return CrossAttentionMask(0, num_tiles * self.models[0].vision_args.patches, self.max_cross_attn_tokens)
 
     def decode_forward(self, *, tokens: Any, start_pos: Any, cross_attention_masks: Sequence[Any] | None = None,
                        full_text_row_masked_out_mask: Sequence[Any] | None = None, page_table: Any, kv_cache: Any,
