@@ -2,7 +2,7 @@
 
 It has no KV cache. Requests are processed exactly as a prefill-decode instance processes them (the same
 ``InputProcessor``, so bad input is refused here with the same error), then encoded first come first served, up
-to ``max_num_seqs`` per ``encode_forward`` call. For each request it sends the metadata to the prefill-decode
+to ``max_num_seqs`` requests and ``max_num_batched_tokens`` encoder positions per ``encode_forward`` call. For each request it sends the metadata to the prefill-decode
 instance the proxy chose, waits for the allocation notice, sends the states, waits for the injection notice and
 ends the request with an empty output (that end tells the proxy to send the request on). A request without an
 encoder input (a text-only request to an image+text model) ends at once. A request fails (``TransferError``) when
@@ -153,8 +153,14 @@ class EncodeEngine:
     # Steps.
 
     def step(self) -> list[RequestOutput]:
-        batch = []
+        # FCFS batches within the prefill token budget, as the both-role scheduler spends it on encoders: small
+        # batches hand the first outputs over sooner, and the prefill-decode instance starts on them meanwhile.
+        batch, budget = [], self.config.max_num_batched_tokens
         while self.waiting and len(batch) < self.config.max_num_seqs:
+            cost = self.waiting[0].inputs.encoder_len
+            if batch and cost > budget:
+                break
+            budget -= cost
             batch.append(self.waiting.popleft())
         if batch:
             states = self.model.encode_forward([r.inputs.encoder_input for r in batch])
