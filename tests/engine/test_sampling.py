@@ -338,3 +338,42 @@ def test_min_tokens_delays_every_stop():
     assert check_stop([1, 1], "xx", p, eos_token_id=2, new_text_len=1).finished is False
     assert check_stop([1, 1, 1], "xxa", p, eos_token_id=2, new_text_len=1).finished is False
     assert check_stop([1, 1, 1], "xxax", p, eos_token_id=2, new_text_len=2) == (True, "stop", "x", "xxa")
+
+
+# --- Whisper's timestamp rules ----------------------------------------------------------------------------
+
+def test_timestamp_rules_equal_hf_whisper_timestamp_processor():
+    """``TimestampRules`` against HF's ``WhisperTimeStampLogitsProcessor`` on random outputs (text, timestamps in
+    pairs and alone, eos) and random logits, some peaked on the timestamps: the same -inf masks and the same
+    forced timestamps, row by row; rows that did not ask for timestamps are left alone."""
+    from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
+
+    eos, no_timestamps, vocab, max_initial = 10, 12, 48, 5
+    config = GenerationConfig(eos_token_id=eos, no_timestamps_token_id=no_timestamps,
+                              max_initial_timestamp_index=max_initial)
+    rules = LogitsRules.from_generation_config(config)
+    assert rules.timestamps is not None and rules.timestamps.timestamp_begin == no_timestamps + 1
+    prompt = [11, 9, 8]  # HF's begin_index: the decoder prompt's length
+    hf = WhisperTimeStampLogitsProcessor(config, begin_index=len(prompt))
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        length = int(torch.randint(0, 8, (1,), generator=gen))
+        output = [int(t) for t in torch.randint(0, vocab, (length,), generator=gen)]
+        logits = torch.randn(3, vocab, generator=gen) * 3
+        logits[1, no_timestamps + 1:] += 4 * (trial % 2)  # timestamp-heavy rows force a timestamp
+        rows = [row(prompt, output, temperature=0.0, extra_args={"timestamps": True}) for _ in range(2)] \
+            + [row(prompt, output, temperature=0.0)]
+        ours = Sampler(LogitsRules(timestamps=rules.timestamps)).process(logits, rows)
+        expected = hf(torch.tensor([prompt + output] * 2), logits[:2])
+        assert torch.equal(ours[:2], expected), (output, ours[:2], expected)
+        assert torch.equal(ours[2], logits[2])
+
+
+def test_timestamp_history_is_incremental():
+    state = row(output=[1], extra_args={"timestamps": True})
+    assert state.timestamp_history(20) == (0, 1, 20, 0)  # one output: HF counts the missing one as a timestamp
+    state.output_token_ids += [25, 3]
+    assert state.timestamp_history(20) == (0, 1, 26, 0)  # after a segment's start: strictly later
+    state.output_token_ids += [30]
+    assert state.timestamp_history(20) == (1, 0, 30, 0)  # a lone end timestamp may repeat as the next start
+    assert row().timestamps is False and row(output=[]).timestamp_history(20) == (0, 1, 20, 1)

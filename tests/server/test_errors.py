@@ -40,7 +40,9 @@ CASES = {  # name: (path, request, status, words the message must contain)
         {"role": "user", "content": "Hi"}]}}, 404, "`gpt-17` does not exist"),
     "unknown-audio-model": ("/v1/audio/transcriptions", upload(model="gpt-17"), 404, "`gpt-17` does not exist"),
     "undecodable-audio": ("/v1/audio/transcriptions", upload(), 400, "Not audio libsndfile can decode"),
-    "audio-too-long": ("/v1/audio/transcriptions", upload(audio=silence_wav(31)), 400, "30 s window"),
+    "timestamps-as-text": ("/v1/audio/transcriptions", upload(audio=silence_wav(1), response_format="text", **{
+        "timestamp_granularities[]": "segment"}), 400, "timestamp_granularities needs response_format verbose_json"),
+    "translation-on-english-only": ("/v1/audio/translations", upload(audio=silence_wav(31)), 400, "English-only"),
     "language-on-english-only": ("/v1/audio/transcriptions", upload(audio=silence_wav(1), language="de"), 400,
                                  "English-only: it cannot take language='de'"),
     "prompt-too-long": ("/v1/completions", {"json": {"model": LLAMA, "prompt": "hello " * 600}}, 400,

@@ -66,6 +66,8 @@ class EncodeEngine:
     """``allocation_timeout``: how long a request waits for a prefill-decode pool to make room (long: waiting is
     backpressure, not failure); ``transfer_timeout``: how long for the injection notice once the states are sent."""
 
+    decodes = False  # its outputs carry no tokens: code above the engine must not read them
+
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, broker: Broker, *, backend: str | None = None,
                  optimizations: str | None = None, allocation_timeout: float = 600.0,
                  transfer_timeout: float = 30.0) -> None:

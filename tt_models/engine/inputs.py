@@ -30,6 +30,7 @@ Every problem with a request raises ``ValueError`` naming it, so the engine can 
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -244,14 +245,14 @@ class InputProcessor:
             encoder = _parse_singleton(prompt, "prompt")
             decoder = encoder  # vLLM's Whisper request: the text is the decoder prompt, the audio the encoder's
         if decoder is None or decoder.is_empty:
-            decoder_ids, decoder_text = self._whisper_default_prompt(language, task), None
-            if previous_text:
-                decoder_ids = self._previous_text_ids(previous_text) + decoder_ids
+            decoder_ids, decoder_text = self.whisper_prompt_ids(language, task, previous_text=previous_text), None
         elif language is not None or task is not None or previous_text is not None:
             raise ValueError("language, task and previous_text shape the default decoder prompt; this request "
                              "gives its own")
         else:
-            decoder_ids = self._with_decoder_start(self._token_ids(decoder, "decoder prompt", False))
+            decoder_ids = self._token_ids(decoder, "decoder prompt", False)
+            if not self._starts_with_previous_text(decoder_ids):
+                decoder_ids = self._with_decoder_start(decoder_ids)
             decoder_text = decoder.text
         self._check_decoder_len(decoder_ids, "decoder prompt")
         features = self._features(encoder.multi_modal_data)
@@ -298,6 +299,23 @@ class InputProcessor:
 
     # ---------------------------------------------------------------------------------------- Whisper
 
+    def whisper_prompt_ids(self, language: str | None = None, task: str | None = None, *, timestamps: bool = False,
+                           previous_text: str | None = None) -> list[int]:
+        """Whisper's decoder prompt: [``<|startofprev|>`` and the last tokens of ``previous_text``,]
+        ``<|startoftranscript|>`` [language, task,] and ``<|notimestamps|>`` unless ``timestamps``. Raises
+        ValueError for a language or task the checkpoint does not take."""
+        ids = self._whisper_default_prompt(language, task)
+        if timestamps:
+            ids = ids[:-1]
+        return self._previous_text_ids(previous_text) + ids if previous_text else ids
+
+    def _starts_with_previous_text(self, token_ids: list[int]) -> bool:
+        """A decoder prompt in HF's ``prompt_ids`` form: ``<|startofprev|>`` text ``<|startoftranscript|>`` ..."""
+        if not token_ids or self.tokenizer is None:
+            return False
+        start_of_prev = self.tokenizer.convert_tokens_to_ids("<|startofprev|>")
+        return token_ids[0] == start_of_prev and self.decoder_start_token_id in token_ids
+
     def _whisper_default_prompt(self, language: str | None, task: str | None) -> list[int]:
         """The prefix HF's Whisper ``generate`` forces: start, [language, task,] no timestamps."""
         config = self.generation_config
@@ -339,48 +357,50 @@ class InputProcessor:
                 raise ValueError(f"Whisper takes one audio per request, got {len(item)}")
             item = item[0]
         extractor = self.feature_extractor
-        waveform = self._waveform(item, extractor.sampling_rate, extractor.chunk_length)
+        waveform = audio_waveform(item, extractor.sampling_rate, extractor.chunk_length)
         features = extractor(waveform, sampling_rate=extractor.sampling_rate, return_tensors="np")
         return torch.from_numpy(np.ascontiguousarray(features["input_features"][0], dtype=np.float32))
 
-    @staticmethod
-    def _waveform(item: Any, rate: int, max_seconds: int) -> np.ndarray:
-        """``item`` as float32 mono at ``rate``: ``(waveform, sample_rate)``, a waveform already at ``rate``
-        (vLLM's audio items), or the bytes of an audio file."""
-        too_long = (f"Audio longer than Whisper's {max_seconds} s window is not supported (long-form "
-                    f"transcription is out of scope): split it into segments of at most {max_seconds} s")
-        if isinstance(item, (bytes, bytearray, memoryview)):
-            samples = load_audio(item, rate)
-            if samples.size > max_seconds * rate:
-                raise ValueError(f"{too_long}; got {samples.size / rate:.2f} s")
-            return samples
-        source_rate = rate
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise ValueError(f"An audio tuple is (waveform, sample_rate), got {len(item)} items")
-            item, source_rate = item
-            if isinstance(source_rate, bool) or not isinstance(source_rate, numbers.Integral) or source_rate <= 0:
-                raise ValueError(f"The audio sample rate must be a positive integer (Hz), got {source_rate!r}")
-            source_rate = int(source_rate)
-        if isinstance(item, torch.Tensor):
-            if not item.is_floating_point():
-                raise ValueError(f"Not audio: the waveform must be floating point in [-1, 1], got {item.dtype}")
-            item = item.detach().cpu().float().numpy()
-        if not isinstance(item, np.ndarray):
-            raise ValueError(f"Not audio: expected (waveform, sample_rate), a waveform at {rate} Hz, or the bytes "
-                             f"of an audio file; got {type(item).__name__}")
-        if item.dtype.kind != "f":
-            raise ValueError(f"Not audio: the waveform must be floating point in [-1, 1], got {item.dtype}")
-        if item.ndim != 1 or item.size == 0:
-            raise ValueError(f"Not audio: the waveform must be 1-D mono with samples, got shape {item.shape}")
-        if not np.isfinite(item).all():
-            raise ValueError("Not audio: the waveform has NaN or infinite samples")
-        if item.size > max_seconds * source_rate:
-            raise ValueError(f"{too_long}; got {item.size / source_rate:.2f} s")
-        samples = item.astype(np.float32, copy=False)
-        if source_rate != rate:  # as tt_models.audio.load_audio resamples
-            samples = soxr.resample(samples, source_rate, rate, quality="HQ")
+
+def audio_waveform(item: Any, rate: int, max_seconds: float | None = None) -> np.ndarray:
+    """``item`` as float32 mono at ``rate``: ``(waveform, sample_rate)``, a waveform already at ``rate``
+    (vLLM's audio items), or the bytes of an audio file; at most ``max_seconds`` long (None: any length)."""
+    too_long = (f"Audio longer than Whisper's {max_seconds} s window is not supported in one request: "
+                f"LLM.transcribe (and the server) cut longer audio into windows of at most {max_seconds} s")
+    if max_seconds is None:
+        max_seconds = math.inf
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        samples = load_audio(item, rate)
+        if samples.size > max_seconds * rate:
+            raise ValueError(f"{too_long}; got {samples.size / rate:.2f} s")
         return samples
+    source_rate = rate
+    if isinstance(item, tuple):
+        if len(item) != 2:
+            raise ValueError(f"An audio tuple is (waveform, sample_rate), got {len(item)} items")
+        item, source_rate = item
+        if isinstance(source_rate, bool) or not isinstance(source_rate, numbers.Integral) or source_rate <= 0:
+            raise ValueError(f"The audio sample rate must be a positive integer (Hz), got {source_rate!r}")
+        source_rate = int(source_rate)
+    if isinstance(item, torch.Tensor):
+        if not item.is_floating_point():
+            raise ValueError(f"Not audio: the waveform must be floating point in [-1, 1], got {item.dtype}")
+        item = item.detach().cpu().float().numpy()
+    if not isinstance(item, np.ndarray):
+        raise ValueError(f"Not audio: expected (waveform, sample_rate), a waveform at {rate} Hz, or the bytes "
+                         f"of an audio file; got {type(item).__name__}")
+    if item.dtype.kind != "f":
+        raise ValueError(f"Not audio: the waveform must be floating point in [-1, 1], got {item.dtype}")
+    if item.ndim != 1 or item.size == 0:
+        raise ValueError(f"Not audio: the waveform must be 1-D mono with samples, got shape {item.shape}")
+    if not np.isfinite(item).all():
+        raise ValueError("Not audio: the waveform has NaN or infinite samples")
+    if item.size > max_seconds * source_rate:
+        raise ValueError(f"{too_long}; got {item.size / source_rate:.2f} s")
+    samples = item.astype(np.float32, copy=False)
+    if source_rate != rate:  # as tt_models.audio.load_audio resamples
+        samples = soxr.resample(samples, source_rate, rate, quality="HQ")
+    return samples
 
 
 def _images(multi_modal_data: Mapping[str, Any] | None, model_type: str) -> list[Image.Image]:

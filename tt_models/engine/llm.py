@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
@@ -13,6 +13,9 @@ from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.sampling import SamplingParams
+
+if TYPE_CHECKING:  # tt_models.speech builds on this module: imported when transcribing
+    from tt_models.speech import Transcript
 
 
 class LLM:
@@ -90,6 +93,32 @@ class LLM:
                 engine.abort_request(request_id)
             raise
         return self._run(ids, use_tqdm)
+
+    def transcribe(self, audio: Any, *, language: str | None = None,
+                   task: Literal["transcribe", "translate"] = "transcribe", timestamps: bool = False,
+                   condition_on_previous_text: bool = False, prompt: str | None = None,
+                   temperature: float = 0.0) -> Transcript:
+        """Transcribe (or translate to English) one audio of any length with a Whisper model: ``(waveform, rate)``,
+        a 16 kHz waveform or the bytes of an audio file. Long audio is cut into windows of at most 30 s that run
+        as one batch of engine requests (``tt_models.speech``); ``timestamps`` gives timed segments. Without a
+        ``language`` a multilingual model detects it. Raises ValueError for bad audio, language or task."""
+        return self.transcribe_batch([audio], language=language, task=task, timestamps=timestamps,
+                                     condition_on_previous_text=condition_on_previous_text, prompt=prompt,
+                                     temperature=temperature)[0]
+
+    def transcribe_batch(self, audios: Sequence[Any], **options: Any) -> list[Transcript]:
+        """:meth:`transcribe` for many audios at once, their windows batched together; every audio is checked
+        before any runs (a bad one raises ValueError naming its index)."""
+        from tt_models.speech import LongFormTranscription, TranscriptionOptions, run_transcriptions
+
+        settings = TranscriptionOptions(**options)
+        jobs = []
+        for i, audio in enumerate(audios):
+            try:
+                jobs.append(LongFormTranscription(self.llm_engine.processor, audio, settings))
+            except ValueError as e:
+                raise ValueError(f"audio {i}: {e}") from e
+        return run_transcriptions(self.llm_engine, jobs)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         engine = self.llm_engine

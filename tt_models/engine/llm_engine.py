@@ -37,6 +37,7 @@ def _eos_token_ids(checkpoint: Checkpoint) -> list[int]:
 
 
 class LLMEngine:
+    decodes = True  # an encode instance's engine (tt_models.disagg) does not
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
                  optimizations: str | None = None, generator: Any = None,
                  mesh_shape: tuple[int, int] | None = None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class SamplingParams:
     ``allowed_token_ids`` restricts every sampled token to those ids (the others' logits are -inf before the
     penalties, as vLLM masks them). ``logprob_token_ids`` asks for the raw logprobs of exactly those ids at
     each step, beside the sampled token's (vLLM's scoring of label tokens, e.g. Whisper's languages).
+    ``extra_args`` is vLLM's field for what custom sampling code reads; here ``{"timestamps": True}`` asks for
+    Whisper's timestamp rules (:class:`TimestampRules`) on the request, ignored by models without them.
     """
 
     n: int = 1
@@ -55,6 +58,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     allowed_token_ids: list[int] | None = None
     logprob_token_ids: list[int] | None = None
+    extra_args: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if 0 < self.temperature < _MAX_TEMP:
@@ -164,15 +168,78 @@ def _config_get(config: Any, name: str) -> Any:
 
 
 @dataclass(frozen=True)
+class TimestampRules:
+    """Whisper's timestamp decoding rules, as HF's ``WhisperTimeStampLogitsProcessor`` applies them (openai-whisper's
+    ``ApplyTimestampRules``), for the rows of requests that decode with timestamp tokens (ids from
+    ``timestamp_begin`` on, ``<|0.00|>`` in 0.02 s steps):
+
+    - ``<|notimestamps|>`` is never generated;
+    - timestamps come in pairs: after a lone timestamp, no text (only a timestamp or eos); after a pair, no
+      timestamp;
+    - timestamps never decrease, and a new segment cannot start at the previous one's start (``<|0.00|>`` twice);
+    - the first token is a timestamp of at most ``max_initial_timestamp_index`` steps (1.00 s on the hub's configs);
+    - when the timestamps together are likelier than any single text token, a timestamp is forced.
+
+    The rules see only the request's generated tokens (HF's ``begin_index`` is the decoder prompt's length).
+    """
+
+    timestamp_begin: int
+    eos_token_id: int
+    max_initial_timestamp_index: int | None = None
+
+    @classmethod
+    def from_generation_config(cls, gen_config: Any) -> TimestampRules | None:
+        """From a Whisper generation config (``no_timestamps_token_id``); None for models without timestamps."""
+        no_timestamps = _config_get(gen_config, "no_timestamps_token_id")
+        eos = _config_get(gen_config, "eos_token_id")
+        if no_timestamps is None or eos is None:
+            return None
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+        return cls(no_timestamps + 1, eos, _config_get(gen_config, "max_initial_timestamp_index"))
+
+    def apply(self, logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+        """Apply the rules in place to the rows that asked for timestamps (nothing to do when none did).
+
+        Each row's history comes from :meth:`RowState.timestamp_history` (incremental), so the per-step cost
+        is a few masks over the timestamp rows, not a scan of their outputs."""
+        index = [i for i, r in enumerate(rows) if r.timestamps]
+        if not index:
+            return
+        begin = self.timestamp_begin
+        sub = logits[index] if len(index) < len(rows) else logits
+        vocab = torch.arange(sub.shape[1])
+        history = torch.tensor([rows[i].timestamp_history(begin) for i in index], dtype=torch.int64)
+        last_ts, penultimate_ts, lowest, first = (history[:, k, None] for k in range(4))
+        is_timestamp = vocab >= begin
+        masked = (vocab == begin - 1)  # <|notimestamps|>
+        masked = masked | (last_ts.bool() & penultimate_ts.bool() & is_timestamp)  # a pair: text or eos next
+        masked = masked | (last_ts.bool() & ~penultimate_ts.bool() & (vocab < self.eos_token_id))  # a lone one
+        masked = masked | (is_timestamp & (vocab < lowest))  # monotonic
+        initial = ~is_timestamp
+        if self.max_initial_timestamp_index is not None:
+            initial = initial | (vocab > begin + self.max_initial_timestamp_index)
+        masked = masked | (first.bool() & initial)
+        sub.masked_fill_(masked, -math.inf)
+        logprobs = sub.log_softmax(dim=-1)
+        timestamp_mass = logprobs[:, begin:].logsumexp(dim=-1)
+        best_text = logprobs[:, :begin].max(dim=-1).values
+        sub[:, :begin].masked_fill_((timestamp_mass > best_text)[:, None], -math.inf)
+        if sub is not logits:
+            logits[index] = sub
+
+
+@dataclass(frozen=True)
 class LogitsRules:
-    """A model's fixed logits rules, applied to every request before sampling (after the penalties).
+    """A model's fixed logits rules, applied before sampling (after the penalties).
 
     These are HF generation-config rules vLLM has no sampling parameter for: Whisper's ``suppress_tokens``
-    (never generated) and ``begin_suppress_tokens`` (not generated as the first token, e.g. a blank).
+    (never generated) and ``begin_suppress_tokens`` (not generated as the first token, e.g. a blank), applied to
+    every request, then its ``timestamps`` rules, applied to the requests that ask for them (HF's order).
     """
 
     suppress_tokens: tuple[int, ...] = ()
     begin_suppress_tokens: tuple[int, ...] = ()
+    timestamps: TimestampRules | None = None
 
     @classmethod
     def from_generation_config(cls, gen_config: Any) -> LogitsRules:
@@ -180,7 +247,13 @@ class LogitsRules:
         if gen_config is None:
             return cls()
         return cls(tuple(_config_get(gen_config, "suppress_tokens") or ()),
-                   tuple(_config_get(gen_config, "begin_suppress_tokens") or ()))
+                   tuple(_config_get(gen_config, "begin_suppress_tokens") or ()),
+                   TimestampRules.from_generation_config(gen_config))
+
+    @property
+    def is_empty(self) -> bool:
+        """No rule changes any logit (timestamp rules change only rows that ask for them)."""
+        return not (self.suppress_tokens or self.begin_suppress_tokens)
 
     def apply(self, logits: torch.Tensor, num_generated: Sequence[int]) -> None:
         """Set the suppressed logits of each row to -inf in place; ``num_generated[i]`` is row i's count."""
@@ -208,6 +281,11 @@ class RowState:
     generator: torch.Generator | None = field(init=False, default=None)
     allowed_ids: torch.Tensor | None = field(init=False, default=None)  # the params' lists as index tensors,
     logprob_ids: torch.Tensor | None = field(init=False, default=None)  # built once, not at every step
+    timestamps: bool = field(init=False, default=False)  # Whisper's timestamp rules apply to this row
+    _timestamps_seen: int = field(init=False, default=0)  # outputs scanned by timestamp_history
+    _last_timestamp: int | None = field(init=False, default=None)
+    # Greedy on the logits as they are, no logprobs: the sampler's fast path (decided once, not per step).
+    plain_greedy: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         if self.params.seed is not None and not self.params.greedy:
@@ -216,6 +294,27 @@ class RowState:
             self.allowed_ids = torch.tensor(self.params.allowed_token_ids, dtype=torch.int64)
         if self.params.logprob_token_ids:
             self.logprob_ids = torch.tensor(self.params.logprob_token_ids, dtype=torch.int64)
+        self.timestamps = bool((self.params.extra_args or {}).get("timestamps"))
+        p = self.params
+        self.plain_greedy = (p.greedy and p.num_logprobs is None and self.allowed_ids is None and not p.min_tokens
+                             and p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0
+                             and p.presence_penalty == 0.0 and not self.timestamps)
+
+    def timestamp_history(self, timestamp_begin: int) -> tuple[int, int, int, int]:
+        """What the timestamp rules need of the outputs: (last is a timestamp, the one before is a timestamp or
+        absent, the lowest timestamp allowed next, no output yet), as HF's processor computes them. Only the
+        tokens appended since the last call are scanned."""
+        out = self.output_token_ids
+        for token in out[self._timestamps_seen:]:
+            if token >= timestamp_begin:
+                self._last_timestamp = token
+        self._timestamps_seen = len(out)
+        last = len(out) >= 1 and out[-1] >= timestamp_begin
+        penultimate = len(out) < 2 or out[-2] >= timestamp_begin
+        lowest = timestamp_begin
+        if self._last_timestamp is not None:  # a segment's end may repeat as the next start, nothing lower
+            lowest = self._last_timestamp if last and not penultimate else self._last_timestamp + 1
+        return int(last), int(penultimate), lowest, int(not out)
 
 
 @dataclass(frozen=True)
@@ -252,20 +351,32 @@ class Sampler:
         _apply_min_tokens(logits, rows)
         _apply_penalties(logits, rows)
         self.rules.apply(logits, [len(r.output_token_ids) for r in rows])
+        if self.rules.timestamps is not None:
+            self.rules.timestamps.apply(logits, rows)
         return logits
 
     def sample(self, logits: torch.Tensor, rows: Sequence[RowState]) -> SamplerOutput:
         """Pick one token per row of ``logits [B, V]``; the input tensor is left unchanged."""
         assert logits.dim() == 2 and logits.shape[0] == len(rows)
+        if self.rules.is_empty and all(r.plain_greedy for r in rows):  # one pass over the logits, no copy
+            return SamplerOutput(argmax(logits), [None] * len(rows))
         want_logprobs = any(r.params.num_logprobs is not None for r in rows)
         raw_logprobs = logits.log_softmax(dim=-1, dtype=torch.float32) if want_logprobs else None
         logits = self.process(logits, rows)
-        tokens = logits.argmax(dim=-1)
+        tokens = argmax(logits)
         random = [i for i, r in enumerate(rows) if not r.params.greedy]
         if random:
             tokens[random] = _random_sample(logits[random], [rows[i] for i in random])
         logprobs = _gather_logprobs(raw_logprobs, tokens, rows) if raw_logprobs is not None else [None] * len(rows)
         return SamplerOutput(tokens, logprobs)
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """The first maximum of each row, as ``torch.argmax``; float32 host logits go through numpy's SIMD argmax
+    (13x torch's single-thread one over ``[32, 49152]``: 0.16 ms against 2.1 ms)."""
+    if logits.dtype == torch.float32 and logits.device.type == "cpu":
+        return torch.from_numpy(np.argmax(logits.numpy(), axis=-1))
+    return logits.argmax(dim=-1)
 
 
 def _apply_allowed_token_ids(logits: torch.Tensor, rows: Sequence[RowState]) -> None:

@@ -294,7 +294,7 @@ class Transcription(BaseModel):
 
 
 class TranscriptionSegment(BaseModel):
-    """One segment; no ``no_speech_prob``: the engine returns no logits of the start position to compute it."""
+    """One timed segment (``tt_models.speech.Segment``)."""
 
     id: int
     seek: int
@@ -305,6 +305,7 @@ class TranscriptionSegment(BaseModel):
     temperature: float
     avg_logprob: float
     compression_ratio: float
+    no_speech_prob: float | None
 
 
 class TranscriptionVerbose(BaseModel):

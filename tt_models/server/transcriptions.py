@@ -1,37 +1,35 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations: an uploaded audio file through a Whisper model.
 
-The upload is decoded (any format libsndfile reads) and resampled to 16 kHz, then runs as one engine request
-with the model's default decoder prompt for the language and task. Without a ``language``, a multilingual model
-first detects it (one more engine request, ``tt_models.speech``), as vLLM's and OpenAI's servers do; an
-English-only model transcribes English. Whisper takes one 30 s window: longer audio is refused. Without
-timestamp tokens the transcript is one segment spanning the audio.
+The speech logic is ``tt_models.speech``'s, as ``LLM.transcribe`` runs it: the upload (any format libsndfile
+reads, any length up to the 25 MiB upload limit) is cut into windows of at most 30 s, every window is an engine
+request submitted at once (beside other clients' requests), and the results are stitched. Without a ``language``
+a multilingual model first detects it; an English-only model transcribes English. ``verbose_json``, ``srt`` and
+``vtt`` decode with timestamp tokens into timed segments. A stream sends the transcript's text in time order as it
+grows (the closed segments of the earliest unfinished window, then the windows after it).
 """
 
 from __future__ import annotations
 
-import zlib
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fastapi import Request, Response
 from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
-from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
-from tt_models.audio import load_audio
 from tt_models.engine.outputs import RequestOutput
-from tt_models.engine.sampling import SamplingParams
-from tt_models.server.async_engine import AsyncEngine, RequestStream
+from tt_models.server.async_engine import AsyncEngine
 from tt_models.server.errors import APIError, engine_errors
 from tt_models.server.protocol import (AudioResponseFormat, DurationUsage, TokenUsage, TranscriptDelta,
                                        TranscriptDone, Transcription, TranscriptionSegment, TranscriptionVerbose)
 from tt_models.server.serving import finish, json_response, new_id, submit
-from tt_models.server.streaming import DONE, event_stream, sse, sse_error
+from tt_models.server.streaming import DONE, event_stream, merge, sse, sse_error
 from tt_models.server.subtitles import Cue, srt, vtt
-from tt_models.speech import DetectedLanguage, LanguageDetector
+from tt_models.speech import LongFormTranscription, Transcript, TranscriptionOptions
 
-SAMPLE_RATE = 16000
 MAX_UPLOAD_BYTES = 25 * 2**20  # OpenAI's upload limit
+TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # the formats that carry segments
 
 
 @dataclass(frozen=True)
@@ -51,8 +49,15 @@ class AudioRequest:
 def _check(form: AudioRequest, engine: AsyncEngine) -> None:
     if engine.engine.checkpoint.config.model_type != "whisper":
         raise APIError(400, f"{form.model} does not take audio: transcriptions need a Whisper model", param="model")
-    if form.timestamp_granularities and "word" in form.timestamp_granularities:
+    granularities = set(form.timestamp_granularities or ())
+    if "word" in granularities:
         raise APIError(400, "word timestamps are not supported", param="timestamp_granularities")
+    if granularities - {"segment"}:
+        raise APIError(400, f"timestamp_granularities takes 'segment' (and OpenAI's 'word'), got "
+                       f"{sorted(granularities)}", param="timestamp_granularities")
+    if granularities and form.response_format != "verbose_json":  # OpenAI's rule: only verbose_json has them
+        raise APIError(400, f"timestamp_granularities needs response_format verbose_json, got "
+                       f"{form.response_format}", param="timestamp_granularities")
     if form.stream and form.response_format not in ("json", "text"):
         raise APIError(400, f"stream=true takes response_format json or text, got {form.response_format}",
                        param="response_format")
@@ -62,78 +67,102 @@ async def create_transcription(form: AudioRequest, audio: bytes, engine: AsyncEn
     _check(form, engine)
     if len(audio) > MAX_UPLOAD_BYTES:
         raise APIError(413, f"The file is {len(audio)} bytes; the limit is {MAX_UPLOAD_BYTES}", param="file")
-    with engine_errors():  # undecodable audio and bad parameters are 400s
-        waveform = await run_in_threadpool(load_audio, audio, SAMPLE_RATE)
-        params = SamplingParams(temperature=form.temperature, max_tokens=None,
-                                logprobs=0 if form.response_format == "verbose_json" else None)
-    prompt = {"prompt": "", "multi_modal_data": {"audio": (waveform, SAMPLE_RATE)}}
+    options = TranscriptionOptions(language=form.language, task=form.task, prompt=form.prompt or None,
+                                   timestamps=form.response_format in TIMED_FORMATS, temperature=form.temperature)
+    with engine_errors():  # undecodable audio, a language or task the model does not take: 400s
+        job = await run_in_threadpool(LongFormTranscription, engine.engine.processor, audio, options)
     response_id, _ = new_id("trsc")
-    language = form.language
-    if language is None and LanguageDetector.supports(engine.engine.checkpoint.generation_config):
-        detected = await _detect_language(engine, prompt["multi_modal_data"]["audio"], response_id, request)
-        if detected is None:
-            return json_response(None)
-        language = detected.language
-    streams = await submit(engine, response_id, [prompt], params, language=language, task=form.task,
-                           previous_text=form.prompt or None)
+    if not engine.engine.decodes:  # an encode instance: the requests' encoder outputs go on, nothing comes back
+        return await _encode(job, engine, response_id, request)
     if form.stream:
-        return event_stream(_events(streams[0]))
-    outputs = await finish(request, streams)
-    if outputs is None:
+        return event_stream(_events(job, engine, response_id))
+    transcript = await _run(job, engine, response_id, request)
+    if transcript is None:
         return json_response(None)
-    return _response(form, outputs[0], waveform.size / SAMPLE_RATE, language or "en")
+    return _response(form, transcript)
 
 
-async def _detect_language(engine: AsyncEngine, audio: tuple, response_id: str,
-                           request: Request) -> DetectedLanguage | None:
-    """The audio's language from one engine request; None if the client left first."""
-    detector = LanguageDetector(engine.engine.checkpoint.generation_config)
-    streams = await submit(engine, f"{response_id}-language", [detector.prompt(audio)], detector.params)
-    outputs = await finish(request, streams)
-    return None if outputs is None else detector.result(outputs[0])
+async def _run(job: LongFormTranscription, engine: AsyncEngine, response_id: str,
+               request: Request) -> Transcript | None:
+    """Every batch of engine requests the transcription asks for, in turn; None if the client left first."""
+    steps = job.steps()
+    outputs: list[RequestOutput] | None = None
+    for round_ in itertools.count():
+        try:
+            batch = steps.send(outputs)
+        except StopIteration as done:
+            return done.value
+        streams = await submit(engine, f"{response_id}-{round_}", batch.prompts, batch.params)
+        outputs = await finish(request, streams)
+        if outputs is None:
+            return None
+    raise AssertionError("itertools.count() does not end")
 
 
-def _response(form: AudioRequest, output: RequestOutput, duration: float, language: str) -> Response:
-    seq = output.outputs[0]
-    text = seq.text.strip()
-    usage = DurationUsage(seconds=duration)
+async def _encode(job: LongFormTranscription, engine: AsyncEngine, response_id: str, request: Request) -> Response:
+    """On an encode instance: the rounds of requests a prefill-decode instance will make (same ids), run for their
+    encoder outputs; an empty transcript once all are handed over."""
+    for round_, batch in enumerate(job.encoder_batches()):
+        streams = await submit(engine, f"{response_id}-{round_}", batch.prompts, batch.params)
+        if await finish(request, streams) is None:
+            return json_response(None)
+    return json_response(Transcription(text="", usage=DurationUsage(seconds=job.duration)))
+
+
+def _response(form: AudioRequest, transcript: Transcript) -> Response:
+    usage = DurationUsage(seconds=transcript.duration)
     if form.response_format == "json":
-        return json_response(Transcription(text=text, usage=usage))
+        return json_response(Transcription(text=transcript.text, usage=usage))
     if form.response_format == "text":
-        return PlainTextResponse(text)
+        return PlainTextResponse(transcript.text)
+    cues = [Cue(s.start, s.end, s.text) for s in transcript.segments]
     if form.response_format == "srt":
-        return PlainTextResponse(srt([Cue(0.0, duration, text)]))
+        return PlainTextResponse(srt(cues))
     if form.response_format == "vtt":
-        return PlainTextResponse(vtt([Cue(0.0, duration, text)]), media_type="text/vtt")
-    encoded = text.encode()
-    segment = TranscriptionSegment(
-        id=0, seek=0, start=0.0, end=duration, text=seq.text, tokens=seq.token_ids, temperature=form.temperature,
-        avg_logprob=(seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1),
-        compression_ratio=len(encoded) / len(zlib.compress(encoded)) if encoded else 0.0)
-    # OpenAI: a transcription reports the language of the audio, a translation that of its output (English).
-    language = "en" if form.task == "translate" else language.lower().removeprefix("<|").removesuffix("|>")
-    return json_response(TranscriptionVerbose(
-        task=form.task, language=LANGUAGES.get(TO_LANGUAGE_CODE.get(language, language), language),
-        duration=duration, text=text, segments=[segment], usage=usage))
+        return PlainTextResponse(vtt(cues), media_type="text/vtt")
+    segments = [TranscriptionSegment(id=s.id, seek=s.seek, start=s.start, end=s.end, text=s.text, tokens=s.tokens,
+                                     temperature=s.temperature, avg_logprob=s.avg_logprob,
+                                     compression_ratio=s.compression_ratio, no_speech_prob=s.no_speech_prob)
+                for s in transcript.segments]
+    return json_response(TranscriptionVerbose(task=form.task, language=transcript.language_name,
+                                              duration=transcript.duration, text=transcript.text, segments=segments,
+                                              usage=usage))
 
 
-async def _events(stream: RequestStream) -> AsyncIterator[str]:
-    # Deltas of the stripped transcript: each stripped prefix extends the previous one, so the deltas add up
-    # to the final text exactly.
-    sent = 0
-    output = None
+async def _events(job: LongFormTranscription, engine: AsyncEngine, response_id: str) -> AsyncIterator[str]:
+    """The transcript's growth as ``transcript.text.delta`` events (its text only grows, so the deltas add up to
+    the final text), then ``transcript.text.done``. Closing the stream aborts the requests under way."""
+    steps = job.steps()
+    outputs: list[RequestOutput] | None = None
+    sent = ""
+    prompt_tokens = output_tokens = 0
+    streams = []
     try:
-        async for output in stream:
-            text = output.outputs[0].text.strip()
-            if len(text) > sent:
-                yield sse(TranscriptDelta(delta=text[sent:]))
-                sent = len(text)
-        seq = output.outputs[0]
-        prompt = len(output.prompt_token_ids)
-        yield sse(TranscriptDone(text=seq.text.strip(), usage=TokenUsage(
-            input_tokens=prompt, output_tokens=len(seq.token_ids), total_tokens=prompt + len(seq.token_ids))))
+        for round_ in itertools.count():
+            try:
+                batch = steps.send(outputs)
+            except StopIteration as done:
+                transcript = done.value
+                break
+            streams = await submit(engine, f"{response_id}-{round_}", batch.prompts, batch.params)
+            latest: list[RequestOutput | None] = [None] * len(streams)
+            async for index, output in merge(streams):
+                latest[index] = output
+                if batch.windows:
+                    text = job.text(latest)
+                    if len(text) > len(sent):
+                        yield sse(TranscriptDelta(delta=text[len(sent):]))
+                        sent = text
+            outputs = latest
+            prompt_tokens += sum(len(o.prompt_token_ids) for o in outputs)
+            output_tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+        if len(transcript.text) > len(sent):
+            yield sse(TranscriptDelta(delta=transcript.text[len(sent):]))
+        yield sse(TranscriptDone(text=transcript.text, usage=TokenUsage(
+            input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens)))
     except Exception as error:
         yield sse_error(error)
     finally:
-        stream.close()
+        for stream in streams:
+            stream.close()
     yield DONE

@@ -1,9 +1,15 @@
 """Speech logic between the server routes and the engine: what a speech request needs beyond one engine request.
 
-Today: spoken-language detection for multilingual Whisper checkpoints (``language``). It builds engine requests
-and reads their outputs; it calls down into the engine and never the other way.
+Spoken-language detection for multilingual Whisper checkpoints (``language``), and long-form transcription
+(``transcribe``): audio of any length cut into windows at low-energy points (``windows``), run as batches of engine
+requests, decoded with timestamp tokens into timed segments when asked (``timestamps``) and stitched. It builds
+engine requests and reads their outputs; it calls down into the engine and never the other way.
 """
 
 from tt_models.speech.language import DetectedLanguage, LanguageDetector, detect_language
+from tt_models.speech.transcribe import (EngineBatch, LongFormTranscription, Segment, Transcript,
+                                         TranscriptionOptions, run_transcriptions)
+from tt_models.speech.windows import Window, split_windows
 
-__all__ = ["DetectedLanguage", "LanguageDetector", "detect_language"]
+__all__ = ["DetectedLanguage", "EngineBatch", "LanguageDetector", "LongFormTranscription", "Segment", "Transcript",
+           "TranscriptionOptions", "Window", "detect_language", "run_transcriptions", "split_windows"]

@@ -12,6 +12,7 @@ and many such requests batch in the engine like any others.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ class LanguageDetector:
     """The detection request of one checkpoint, from its generation config (``lang_to_id``): the prompt for an
     audio, the sampling parameters, and the reading of the request's output."""
 
-    def __init__(self, generation_config: GenerationConfig) -> None:
+    def __init__(self, generation_config: GenerationConfig, *, no_speech: bool = False) -> None:
         if not self.supports(generation_config):
             raise ValueError("This Whisper model is English-only: it has no language tokens to detect a language "
                              "with (its language is English)")
@@ -52,8 +53,11 @@ class LanguageDetector:
         self.codes = [token.removeprefix("<|").removesuffix("|>") for token in lang_to_id]
         self.token_ids = list(lang_to_id.values())
         self.start_token_id: int = generation_config.decoder_start_token_id
+        # The step after <|startoftranscript|> is also where openai-whisper reads the no-speech probability.
+        self.no_speech_token_id: int | None = no_speech_token_id(generation_config) if no_speech else None
+        scored = self.token_ids + ([self.no_speech_token_id] if no_speech else [])
         self.params = SamplingParams(temperature=0.0, max_tokens=1, allowed_token_ids=self.token_ids,
-                                     logprob_token_ids=self.token_ids)
+                                     logprob_token_ids=scored)
 
     @staticmethod
     def supports(generation_config: GenerationConfig | None) -> bool:
@@ -73,6 +77,18 @@ class LanguageDetector:
         probs = logits.softmax(dim=0).tolist()
         ranked = sorted(zip(self.codes, probs), key=lambda item: -item[1])
         return DetectedLanguage(self.codes[self.token_ids.index(seq.token_ids[0])], dict(ranked))
+
+    def no_speech_prob(self, output: RequestOutput) -> float:
+        """The probability of ``<|nospeech|>`` right after ``<|startoftranscript|>`` (over the whole vocabulary, as
+        openai-whisper computes it); needs ``no_speech=True``."""
+        assert self.no_speech_token_id is not None, "LanguageDetector(no_speech=True) scores <|nospeech|>"
+        return math.exp(output.outputs[0].logprobs[0][self.no_speech_token_id].logprob)
+
+
+def no_speech_token_id(generation_config: GenerationConfig) -> int:
+    """``<|nospeech|>`` (``<|nocaptions|>`` in older vocabularies): the token before ``<|notimestamps|>``, as HF's
+    ``WhisperNoSpeechDetection`` takes it."""
+    return generation_config.no_timestamps_token_id - 1
 
 
 def detect_language(llm: LLM, audios: Sequence[Any], *, use_tqdm: bool = False) -> list[DetectedLanguage]:
