@@ -4,17 +4,21 @@ topologies, and it survives its faults."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
 import httpx
+import numpy as np
 import pytest
+import soundfile
 import torch
 
 from tests.disagg.deployment import (BART, TRANSFER_TIMEOUT, WHISPER, bart_prompts, proxy, run_workload, serve,
                                      speech_clips)
 from tests.disagg.redis_server import RedisServer
 from tests.server.cases import metric, save_tiny_bart
+from tt_models.audio import speech_sample
 from tt_models.disagg.broker import Broker, Metadata
 
 pytestmark = pytest.mark.slow
@@ -110,6 +114,20 @@ def test_a_payload_that_does_not_match_its_metadata_is_refused(deployment, expec
     assert_blocks_free(deployment.pd1, seconds=5)
     results = run_workload(deployment.proxies["1E+1PD"].url, CLIPS[1:3], PROMPTS[:2], stream=False)
     assert [r.text for r in results] == expected[1:3] + expected[len(CLIPS):len(CLIPS) + 2]
+
+
+def test_long_audio_through_the_proxy(deployment):
+    """Two windows (the call, then its first 12 s again): the encode instance runs both windows' encoders, the
+    prefill-decode instance decodes (and encodes itself any unfinished rest a window leaves)."""
+    audio, rate, _ = speech_sample()
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.concatenate([audio, np.zeros(rate, dtype=audio.dtype), audio[:12 * rate]]), rate,
+                    format="WAV")
+    wav = buffer.getvalue()
+    [expected] = run_workload(deployment.both.url, [wav], [], stream=False)
+    [split] = run_workload(deployment.proxies["1E+1PD"].url, [wav], [], stream=False)
+    assert expected.text and split.text == expected.text
+    assert_blocks_free(deployment.pd1)
 
 
 def start_workload(url: str, clips, prompts) -> tuple[threading.Thread, list]:

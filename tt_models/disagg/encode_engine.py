@@ -27,8 +27,9 @@ from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError
 from tt_models.disagg.connector import Connector
 from tt_models.disagg.routing import TransferError, prefill_decode_target
-from tt_models.engine.config import EngineConfig, decoder_config, max_encoder_len
-from tt_models.engine.inputs import InputProcessor, ProcessedInputs, PromptType
+from tt_models.engine.config import EngineConfig, max_encoder_len
+from tt_models.engine.inputs import ProcessedInputs, PromptType
+from tt_models.engine.llm_engine import checked_params, input_processor
 from tt_models.engine.model_runner import generator_class
 from tt_models.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from tt_models.engine.sampling import SamplingParams
@@ -76,10 +77,7 @@ class EncodeEngine:
         self.tokenizer = checkpoint.tokenizer
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
         self.config = config.resolve(hf_config, max_encoder_len(hf_config))
-        self.processor = InputProcessor(hf_config, self.tokenizer, processor=checkpoint.processor,
-                                        generation_config=checkpoint.generation_config,
-                                        max_model_len=self.config.max_model_len)
-        self.vocab_size = decoder_config(hf_config).vocab_size
+        self.processor = input_processor(checkpoint, self.config)
         cls = generator_class(hf_config)
         if not (hasattr(cls, "encode_forward") and hasattr(cls, "write_cross_kv")):
             raise ValueError(f"{cls.__name__} cannot run on an encode instance: it has no encode_forward / "
@@ -120,10 +118,7 @@ class EncodeEngine:
         proxy named for the HTTP request being served). Raises ValueError as ``LLMEngine.add_request`` does."""
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
-        params.verify(self.processor.vocab_size, None if self.tokenizer is None else len(self.tokenizer))
+        checked_params(params, self.processor, self.tokenizer)
         target = target or prefill_decode_target.get()
         if not target:
             raise ValueError("an encode instance serves requests through the proxy (tt-models proxy), which names "

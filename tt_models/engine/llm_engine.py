@@ -36,6 +36,21 @@ def _eos_token_ids(checkpoint: Checkpoint) -> list[int]:
     return []
 
 
+def input_processor(checkpoint: Checkpoint, config: EngineConfig) -> InputProcessor:
+    """The checkpoint's prompt processing under a resolved config (every engine of a deployment processes alike)."""
+    return InputProcessor(checkpoint.config, checkpoint.tokenizer, processor=checkpoint.processor,
+                          generation_config=checkpoint.generation_config, max_model_len=config.max_model_len)
+
+
+def checked_params(params: SamplingParams | None, processor: InputProcessor, tokenizer: Any) -> SamplingParams:
+    """The request's sampling parameters (default: vLLM's); raises ValueError naming what the model cannot take."""
+    params = params or SamplingParams()
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
+    params.verify(processor.vocab_size, None if tokenizer is None else len(tokenizer))
+    return params
+
+
 class LLMEngine:
     decodes = True  # an encode instance's engine (tt_models.disagg) does not
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
@@ -46,9 +61,7 @@ class LLMEngine:
         self.tokenizer = checkpoint.tokenizer
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
         self.config = config.resolve(hf_config, max_encoder_len(hf_config))
-        self.processor = InputProcessor(hf_config, self.tokenizer, processor=checkpoint.processor,
-                                        generation_config=checkpoint.generation_config,
-                                        max_model_len=self.config.max_model_len)
+        self.processor = input_processor(checkpoint, self.config)
         eos_ids = _eos_token_ids(checkpoint)
         self.eos_token_id = eos_ids[0] if eos_ids else None
         self.other_eos_ids = eos_ids[1:]  # stop tokens of every request, as vLLM adds them
@@ -94,10 +107,7 @@ class LLMEngine:
         request that could never fit in the KV pool; nothing is queued then."""
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
-        params.verify(self.processor.vocab_size, None if self.tokenizer is None else len(self.tokenizer))
+        params = checked_params(params, self.processor, self.tokenizer)
         extra_stops = [t for t in self.other_eos_ids if t not in params.stop_token_ids]
         if extra_stops and not params.ignore_eos:  # vLLM's update_from_generation_config
             params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_stops])
