@@ -68,7 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block_size", type=int, default=64)
     p.add_argument("--max_model_len", type=int)
     p.add_argument("--max_num_batched_tokens", type=int)
-    p.add_argument("--optimizations", choices=("performance", "accuracy"), default="performance")
+    p.add_argument("--optimizations", choices=("performance", "accuracy"),
+                   help="default: the model's own (tt_transformers' per-model choice: accuracy for SmolLM2, "
+                        "performance for most)")
     p.add_argument("--backend", choices=("ttnn", "mock", "host"), help="default: ttnn with a TT card, else host")
     args = p.parse_args(argv)
     if args.test_increasing_seq_lens and args.measure_perf:
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         except (ModuleNotFoundError, FileNotFoundError) as e:
             raise SystemExit(f"--multi_modal: {e}") from None
     for model in [args.model] if args.model else DEFAULT_MODELS:
-        print(f"=== {model} ({args.optimizations}) ===")
+        print(f"=== {model} ({args.optimizations or 'default precision'}) ===")
         with build_llm(model, args) as llm:
             if args.multi_modal:
                 run_multi_modal(llm, args, images)

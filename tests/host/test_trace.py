@@ -39,3 +39,21 @@ def test_transfers_are_rejected_during_capture(host_device):
     finally:
         ttnn.end_trace_capture(host_device, trace_id)
         ttnn.release_trace(host_device, trace_id)
+
+
+def test_every_device_op_is_recorded():
+    """Each op that computes on the device replays in a trace (ops imported under their module's name, such as
+    ``matmul`` and ``sampling``, included); transfers and trace control are not ops a trace holds."""
+    from tt_models.runtime.host import trace
+
+    replayed = trace.recorded(lambda: None).__code__
+    host_only = {"begin_trace_capture", "end_trace_capture", "execute_trace", "release_trace", "close_device",
+                 "close_mesh_device", "open_device", "open_mesh_device", "get_num_devices",
+                 "copy_host_to_device_tensor",
+                 "create_sharded_memory_config", "num_cores_to_corerangeset", "deallocate", "from_device",
+                 "from_torch", "to_device", "to_torch", "full", "ones", "zeros"}
+    for namespace in (ttnn, ttnn.experimental, ttnn.transformer):
+        for name in getattr(namespace, "__all__", None) or dir(namespace):
+            fn = getattr(namespace, name)
+            if callable(fn) and not isinstance(fn, type) and not name.startswith("_") and name not in host_only:
+                assert fn.__code__ is replayed, f"{name} is not recorded in traces"

@@ -475,12 +475,34 @@ def sdpa_decode(ttnn, device):
             ttnn.transformer.scaled_dot_product_attention_decode(q, keys, values, cur_pos=[0, 1, 2, 3]))
 
 
+def token_selection(ttnn, device):
+    """tt_models.tt.sampling.TTSampling's calls: argmax, topk + sampling with per-core seeds, log-probs, penalties."""
+    logits = tile(ttnn, device, rand(1, 1, 32, 1024), ttnn.float32)
+    greedy = ttnn.argmax(logits, dim=3, keepdim=True)
+    values, indices = ttnn.topk(logits, k=32, dim=-1)
+    values = ttnn.typecast(values, ttnn.bfloat16)
+    indices = ttnn.to_layout(indices, ttnn.ROW_MAJOR_LAYOUT)
+    users = ints(ttnn, device, list(range(32)), ttnn.uint32)
+    ttnn.manual_seed(ints(ttnn, device, [7 * u for u in range(32)], ttnn.uint32), user_ids=users)
+    row = lambda v: ttnn.from_torch(torch.full((32,), v), dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT,
+                                    device=device)
+    tokens = ttnn.sampling(values, indices, ints(ttnn, device, [5] * 32, ttnn.uint32), row(0.9), row(1.0))
+    tokens = ttnn.reshape(tokens, (1, 1, 32, 1))
+    index = ttnn.to_layout(tokens, ttnn.TILE_LAYOUT)
+    log_probs = ttnn.log(ttnn.gather(ttnn.softmax(logits, dim=-1), 3, index))
+    column = tile(ttnn, device, torch.full((1, 1, 32, 1), 1.3), ttnn.float32)
+    seen = tile(ttnn, device, (rand(1, 1, 32, 1024) > 1).float(), ttnn.float32)
+    factor = ttnn.where(ttnn.gt(logits, 0.0), column, column)
+    penalised = ttnn.multiply(logits, ttnn.where(seen, factor, 1.0))
+    return greedy, values, indices, tokens, log_probs, penalised
+
+
 VALID = [from_to_torch, to_layout, typecast, memory_configs, reshape_permute, concat, slice_, more_data_movement,
          copy_host_to_device, getitem, add_multiply, more_eltwise, activations, rms_norm, layer_norm, embedding,
          linear, matmul, create_qkv_heads, create_qkv_heads_decode, concat_heads, concat_heads_decode,
          rotary_prefill, rotary_decode, paged_fill_cache, paged_update_cache, paged_update_cache_unpaged,
          paged_fused_update_cache, fill_update_cache, sdpa_causal, sdpa_masked, sdpa_cross, sdpa_chunked,
-         paged_sdpa_decode_causal, paged_sdpa_decode_cross, sdpa_decode]
+         paged_sdpa_decode_causal, paged_sdpa_decode_cross, sdpa_decode, token_selection]
 
 
 # --- invalid calls ------------------------------------------------------------------------------------------

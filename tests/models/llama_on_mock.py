@@ -5,6 +5,7 @@ process: the mock cluster is a process singleton). Prints one ``ok`` line with t
 """
 
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -37,7 +38,24 @@ def run(device, checkpoint: str, data_parallel: int, optimizations: str = "perfo
                                kv_cache=kv, enable_trace=False, read_from_device=False)
     host, events = model.read_decode_output(raw, async_read=True)
     assert events == []
-    return [tuple(prefill.shape), tuple(model.process_decode_output_host(raw).shape), tuple(host.shape)]
+    shapes = [tuple(prefill.shape), tuple(model.process_decode_output_host(raw).shape), tuple(host.shape)]
+    # Device sampling (asked for traced: the generator runs it eagerly, trace capture crashes on the mock device):
+    # a mixed greedy / top-k / top-p batch with penalties and log-probs in decode, greedy rows in prefill.
+    sampling = SimpleNamespace(temperature=[0.0, 0.0, 0.0, 0.8], top_k=[1, 1, 1, 20], top_p=[0.0, 0.0, 0.0, 0.9],
+                               presence_penalty=[0.0] * 3 + [0.5], frequency_penalty=[0.0] * 4,
+                               repetition_penalty=[1.2] + [1.0] * 3, seed=[None, None, None, 3],
+                               enable_log_probs=[True] + [False] * 3)
+    history = torch.full((MAX_BATCH, 8), -1, dtype=torch.int32)
+    history[0, :3] = torch.tensor([5, 6, 7])
+    tokens, log_probs = model.decode_forward(
+        tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([41, -1, -1, 46]),
+        page_table=torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]], dtype=torch.int32), kv_cache=kv,
+        sampling_params=sampling, prompt_tokens=history, output_tokens=history, enable_trace=True)
+    first = model.prefill_forward(tokens=torch.randint(0, 100, (1, 20), dtype=torch.int32),
+                                  page_table=torch.tensor([[7, 8, 0, 0]], dtype=torch.int32), kv_cache=kv,
+                                  prompt_lens=np.array([20]), empty_slots=[1],
+                                  sampling_params=SimpleNamespace(temperature=[0.0], top_k=[1], top_p=[0.0]))
+    return shapes + [tuple(tokens.shape), tuple(log_probs.shape), tuple(first.shape)]
 
 
 if __name__ == "__main__":

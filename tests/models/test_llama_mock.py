@@ -20,7 +20,8 @@ from tt_models.tt.model_config import PROFILES
 pytestmark = pytest.mark.mock
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 320
-SHAPES = [(2, 1, VOCAB), (MAX_BATCH, 1, VOCAB), (MAX_BATCH, 1, VOCAB)]  # prefill, decode, raw decode read
+# prefill, decode, raw decode read; device sampling: decode tokens and log-probs, prefill tokens
+SHAPES = [(2, 1, VOCAB), (MAX_BATCH, 1, VOCAB), (MAX_BATCH, 1, VOCAB), (MAX_BATCH,), (MAX_BATCH,), (1,)]
 
 
 @pytest.fixture(scope="module")

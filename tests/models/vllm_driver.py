@@ -36,8 +36,11 @@ class Request:
 
 class VllmDriver:
     def __init__(self, model, kv_cache, *, max_batch_size: int, num_blocks: int, block_size: int, width: int,
-                 seed: int = 0, cross_width: int = 0, vision: bool = False) -> None:
+                 seed: int = 0, cross_width: int = 0, vision: bool = False, trace_check: bool = False) -> None:
         self.model, self.kv_cache, self.cross_width, self.vision = model, kv_cache, cross_width, vision
+        # Every decode step also runs traced (same inputs: its cache writes repeat the eager ones) and must give
+        # bit-identical logits through exactly one execute_trace per replica.
+        self.trace_check = trace_check
         self.max_batch_size, self.block_size, self.width = max_batch_size, block_size, width
         self.rng = random.Random(seed)
         self.free_blocks = list(range(num_blocks))
@@ -134,6 +137,13 @@ class VllmDriver:
         raw = self.model.decode_forward(tokens=tokens, start_pos=start_pos, page_table=page_table,
                                         kv_cache=self.kv_cache, enable_trace=False, read_from_device=False, **extra)
         out = self.model.process_decode_output_host(raw, is_tokens=False)
+        if self.trace_check:
+            executions = self.model.traces.executions
+            traced = self.model.decode_forward(tokens=tokens, start_pos=start_pos, page_table=page_table,
+                                               kv_cache=self.kv_cache, enable_trace=True, read_from_device=False,
+                                               **extra)
+            assert self.model.traces.executions == executions + len(self.model.devices)
+            assert torch.equal(self.model.process_decode_output_host(traced), out), "traced logits != eager"
         assert out.shape[:2] == (self.max_batch_size, 1)
         for r in self.slots:
             if r is not None:

@@ -7,6 +7,7 @@ tt-models' general plugin does what it does on its own. Prints one ``RESULT <jso
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -37,11 +38,29 @@ def mesh_shapes(mesh_devices: list[str]) -> dict[str, list[int]]:
     return shapes
 
 
+def count_decodes(model: Any) -> dict[str, int]:
+    """Counts, from here on, the model's ``decode_forward`` calls, how many asked for the trace, and (at report
+    time) its ``execute_trace`` calls: instruments our class, not the plugin."""
+    counts = {"decode_forward": 0, "traced": 0}
+    forward = model.decode_forward
+
+    def decode_forward(**kwargs: Any) -> Any:
+        counts["decode_forward"] += 1
+        counts["traced"] += bool(kwargs.get("enable_trace"))
+        counts["sampling_params"] = counts.get("sampling_params", 0) + (kwargs.get("sampling_params") is not None)
+        return forward(**kwargs)
+
+    model.decode_forward = decode_forward
+    return counts
+
+
 def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int, max_num_seqs: int,
-         max_model_len: int, import_worker_first: bool = False, mesh_devices: Sequence[str] = ()) -> dict[str, Any]:
+         max_model_len: int, import_worker_first: bool = False, mesh_devices: Sequence[str] = (),
+         additional_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Greedy tokens of ``prompts`` from ``vllm.LLM``; with ``import_worker_first`` the plugin's worker module is
     imported before vLLM loads its general plugins (tt-models then patches it at once instead of on import).
-    An in-process engine also reports its device, what was replaced, and the shapes of ``mesh_devices``."""
+    An in-process engine also reports its device, what was replaced, the shapes of ``mesh_devices`` and the
+    model's decode calls (``decode_forward``, traced ones, ``execute_trace``)."""
     if import_worker_first:
         import importlib
 
@@ -50,15 +69,22 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
 
     start = time.monotonic()
     llm = LLM(model=model, block_size=block_size, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-              skip_tokenizer_init=True)
+              skip_tokenizer_init=True, additional_config=additional_config or {})
     started = time.monotonic()
+    executor = getattr(llm.llm_engine, "model_executor", None)  # only for an in-process engine core
+    generator = executor.driver_worker.worker.model_runner.model if executor is not None else None
+    counts = count_decodes(generator) if generator is not None else None
+    executions = generator.traces.executions if generator is not None else 0
+    captured = len(generator.traces.captures) if generator is not None else 0
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     report: dict[str, Any] = {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
                               "startup_s": round(started - start, 1),
                               "generate_s": round(time.monotonic() - started, 1)}
-    executor = getattr(llm.llm_engine, "model_executor", None)  # only for an in-process engine core
     if executor is not None:
+        report["decodes"] = {**counts, "execute_trace": generator.traces.executions - executions,
+                             "captured_at_warmup": captured,
+                             "captured_while_serving": len(generator.traces.captures) - captured}
         device = executor.driver_worker.worker.mesh_device
         report["device"] = {"type": f"{type(device).__module__}.{type(device).__name__}",
                             "shape": list(device.shape)}
@@ -67,5 +93,18 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
     return report
 
 
+def run(arguments: dict[str, Any]) -> Any:
+    """One model (``model``), or several served one after another in this process (``models``: a report each; an
+    entry is a path, or a dict of a ``model`` path and the arguments it overrides, e.g. fewer prompts or tokens)."""
+    models = arguments.pop("models", None)
+    if models is None:
+        return main(**arguments)
+    reports = []
+    for model in models:
+        reports.append(main(**(arguments | (model if isinstance(model, dict) else {"model": model}))))
+        gc.collect()  # the previous engine and its generator go before the next one starts
+    return reports
+
+
 if __name__ == "__main__":
-    print(MARKER + json.dumps(main(**json.loads(sys.argv[1]))), flush=True)
+    print(MARKER + json.dumps(run(json.loads(sys.argv[1]))), flush=True)

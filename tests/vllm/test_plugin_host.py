@@ -16,12 +16,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
 from tests.models.hf_reference import tiny_model
 from tests.vllm.plugin_scenario import MARKER
+from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import mock
 
@@ -35,11 +40,35 @@ HOST_DEVICE = "tt_models.runtime.host.device.MeshDevice"
 MESHES = {"N150": [1, 1], "N300": [1, 2], "T3K": [1, 8], "(2, 4)": [2, 4]}
 
 
+# vLLM's inspection of our registered classes (what ``inspect_model_cls`` computes in a subprocess of its own), all
+# of them in one process, saved where vLLM's registry looks for it first.
+INSPECT = """
+import importlib.util, pathlib, sys
+from vllm import ModelRegistry
+from vllm.model_executor.models.registry import _ModelInfo
+from tt_models.vllm.registry import register_tt_models
+register_tt_models()
+for arch in sys.argv[1:]:
+    model = ModelRegistry.models[arch]
+    path = pathlib.Path(importlib.util.find_spec(model.module_name).origin)
+    model._save_modelinfo_to_cache(_ModelInfo.from_model_cls(model.load_model_cls()),
+                                   model._get_modelinfo_module_hash(path))
+"""
+
+
 @pytest.fixture(scope="module")
 def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shared by this module's vLLM runs: the second reuses the first's inspection of the class (vLLM runs it in
-    a subprocess otherwise, 10-15 s), and none sees an inspection of another version of the classes."""
-    return tmp_path_factory.mktemp("vllm-cache")
+    """Shared by this module's vLLM runs, holding the inspection of this checkout's Llama, Qwen2 and Mistral
+    classes made here in one process (vLLM runs one subprocess per class otherwise, 10-15 s each); none sees an
+    inspection of another version of the classes."""
+    path = tmp_path_factory.mktemp("vllm-cache")
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VLLM_PLUGINS", mock.MOCK_ENV_VAR)}
+    done = subprocess.run([sys.executable, "-c", INSPECT, "TTLlamaForCausalLM", "TTQwen2ForCausalLM",
+                           "TTMistralForCausalLM"], cwd=path, env={**environ, "VLLM_CACHE_ROOT": str(path)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list((path / "modelinfos").glob("*.json"))) == 3, done.stderr[-3000:]
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +91,26 @@ def reference(model_dir: Path) -> list[list[int]]:
     return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params)]
 
 
-def serve(model_dir: Path, workdir: Path, cache: Path, env: dict[str, str],
-          **args: Any) -> tuple[dict[str, Any], str, str]:
+def serve(model_dir: Path, workdir: Path, cache: Path, env: dict[str, str], timeout: int = 400,
+          meanwhile: Callable[[], Any] | None = None, **args: Any) -> tuple[dict[str, Any], str, str]:
     """plugin_scenario.py in a fresh process: its report, stdout (vLLM's log) and stderr. Without the mock cluster
-    this suite's conftest sets up: the real ttnn would open a mock device and the plugin would run on it."""
+    this suite's conftest sets up: the real ttnn would open a mock device and the plugin would run on it.
+    ``meanwhile`` (e.g. the reference run) is called here while that process runs."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
     environ |= {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache), **env}
-    arguments = json.dumps({"model": str(model_dir), "prompts": PROMPTS, **SIZES, **args})
-    done = subprocess.run([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ,
-                          capture_output=True, text=True, timeout=400)
+    arguments = json.dumps({"prompts": PROMPTS, **SIZES, **({} if "models" in args else {"model": str(model_dir)}),
+                            **args})
+    with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            if meanwhile is not None:
+                meanwhile()
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            process.kill()
+            raise
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert done.returncode == 0, f"vLLM failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
     assert lines, done.stdout[-3000:]
@@ -108,3 +147,75 @@ def test_in_process_engine(model_dir: Path, reference: list[list[int]], vllm_cac
     assert report["replaced"] == ["close_mesh_device", "open_mesh_device"]
     assert report["device"] == {"type": HOST_DEVICE, "shape": [1, 1]}
     assert report["mesh_shapes"] == MESHES
+
+
+DEVICE_PATH = {"tt": {"trace_mode": "all", "sample_on_device_mode": "all"}}
+# SmolLM2 (real weights: the slow one on the host backend) with one prompt and a few tokens.
+SMOLLM2_RUN = dict(prompts=PROMPTS[:1], max_tokens=4)
+
+
+def _reference(path: Path, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    llm = LLM(str(path), backend="host", optimizations=None, max_num_seqs=SIZES["max_num_seqs"],
+              block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"])
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+
+
+def test_traced_decode_with_device_sampling(vllm_cache: Path, tmp_path: Path) -> None:
+    """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2 and Mistral classes and SmolLM2
+    served one after another by one in-process engine: prefill and decode return tokens sampled on the device
+    (greedy: the argmax), the traces are captured at warmup, every decode step is a traced ``decode_forward``
+    (one ``execute_trace`` each), and the tokens equal ``tt_models.LLM``'s (host sampling of eager logits)."""
+    names = ["llama-gqa", "qwen2-bias", "mistral-window"]
+    runs: list[dict[str, Any]] = []
+    for name in names:
+        tiny_model(name).save_pretrained(tmp_path / name)
+        runs.append({"model": str(tmp_path / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"]})
+    names.append("SmolLM2-135M-Instruct")  # real weights, at its default precision ("accuracy")
+    runs.append({"model": str(write_smollm2_checkpoint(tmp_path)), **SMOLLM2_RUN})
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
+    references: list[list[list[int]]] = []
+    reports, stdout, stderr = serve(
+        tmp_path, tmp_path, vllm_cache, env, timeout=1200, models=runs, additional_config=DEVICE_PATH,
+        meanwhile=lambda: references.extend(_reference(Path(r["model"]), r["prompts"], r["max_tokens"]) for r in runs))
+    assert "Traceback" not in stderr, stderr[-6000:]
+    assert len(reports) == len(runs)
+    for name, run, report, reference in zip(names, runs, reports, references):
+        print(f"{name}: vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+        assert report["tokens"] == reference, name
+        decodes = report["decodes"]
+        assert decodes["decode_forward"] >= run["max_tokens"] - 1, decodes
+        assert decodes["traced"] == decodes["sampling_params"] == decodes["execute_trace"] == decodes["decode_forward"]
+        assert decodes["captured_at_warmup"] == 3 and decodes["captured_while_serving"] == 0, decodes
+
+
+def test_decode_as_one_token_prefill_with_device_sampling(model_dir: Path, reference: list[list[int]],
+                                                          host_device: Any) -> None:
+    """Plugin main delivers each decode step as a one-token prefill (``start_pos > 0``); the vendored commit has no
+    switch for it, so this drives the class that way directly, as the plugin's ``submit_prefill`` calls it (with
+    device sampling, greedy): the tokens equal ``tt_models.LLM``'s."""
+    from transformers import AutoConfig
+
+    from tt_models.models.llama.generator import LlamaForCausalLM
+
+    bs, n = SIZES["block_size"], len(PROMPTS)
+    model = LlamaForCausalLM.initialize_vllm_model(AutoConfig.from_pretrained(model_dir), host_device,
+                                                   SIZES["max_num_seqs"], max_seq_len=SIZES["max_model_len"])
+    n_kv_heads, head_dim = model.models[0].kv_geometry
+    kv = model.allocate_kv_cache((32, n_kv_heads, bs, head_dim), None, model.models[0].n_layers)
+    width = SIZES["max_model_len"] // bs
+    page_table = torch.tensor([[r * width + c for c in range(width)] for r in range(n)], dtype=torch.int32)
+    greedy = SimpleNamespace(temperature=[0.0] * n, top_k=[1] * n, top_p=[0.0] * n)
+    sequences = [list(p) for p in PROMPTS]
+    starts = [0] * n
+    for _ in range(SIZES["max_tokens"]):
+        length = max(len(s) for s in sequences)
+        tokens = model.prefill_forward(
+            tokens=torch.tensor([s + [0] * (length - len(s)) for s in sequences], dtype=torch.int32),
+            page_table=page_table, kv_cache=kv, prompt_lens=np.array([len(s) for s in sequences]),
+            start_pos=np.array(starts, dtype=np.int32), empty_slots=list(range(n)), sampling_params=greedy,
+            enable_trace=True)
+        starts = [len(s) for s in sequences]
+        for s, t in zip(sequences, tokens.tolist()):
+            s.append(t)
+    assert [s[len(p):] for s, p in zip(sequences, PROMPTS)] == reference

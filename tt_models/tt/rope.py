@@ -14,6 +14,7 @@ import torch
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from tt_models.runtime import ttnn
+from tt_models.tt.decode_inputs import HostInputs, host_tensor
 from tt_models.tt.weights import as_tensor
 
 TILE = 32
@@ -68,11 +69,11 @@ class RotarySetup:
         cos, sin = self.cos_sin(torch.arange(start, start + length))
         return as_tensor(cos[None, None], self.device), as_tensor(sin[None, None], self.device)
 
-    def decode(self, positions: torch.Tensor) -> tuple[Any, Any]:
-        """cos/sin ``[1, B, 32, D]``, one user per core (row 0 holds the user's position; padding rows
-        ``-1`` use position 0, their results are never written)."""
+    def decode_inputs(self, positions: torch.Tensor) -> HostInputs:
+        """cos/sin ``[1, B, 32, D]`` as host inputs, one user per core (row 0 holds the user's position; padding
+        rows ``-1`` use position 0, their results are never written)."""
         cos, sin = self.cos_sin(positions.clamp(min=0))
         cos = cos[None, :, None, :].expand(1, -1, TILE, -1).contiguous()
         sin = sin[None, :, None, :].expand(1, -1, TILE, -1).contiguous()
-        return (as_tensor(cos, self.device, memory_config=self.decode_memory_config),
-                as_tensor(sin, self.device, memory_config=self.decode_memory_config))
+        return {"cos": host_tensor(cos, self.device, memory_config=self.decode_memory_config),
+                "sin": host_tensor(sin, self.device, memory_config=self.decode_memory_config)}

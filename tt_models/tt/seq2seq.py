@@ -13,6 +13,7 @@ import torch
 
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import cross_inputs
+from tt_models.tt.decode_inputs import HostInputs, host_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import Precision
@@ -92,10 +93,13 @@ class Seq2SeqDecoder:
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, lm_head_bias)
 
     def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> Any:
-        x = self.embed_tokens.forward(tokens)
+        return self._embed(self.embed_tokens.forward(tokens),
+                           self.embed_positions.forward(positions + self.args.position_offset))
+
+    def _embed(self, x: Any, position_embeddings: Any) -> Any:
         if self.args.embed_scale != 1.0:
             x = ttnn.multiply(x, self.args.embed_scale)
-        x = ttnn.add(x, self.embed_positions.forward(positions + self.args.position_offset))
+        x = ttnn.add(x, position_embeddings)
         return x if self.embedding_norm is None else self.embedding_norm.forward(x)
 
     def fill_cross(self, encoder_states: Any, encoder_len: int, cross_row: torch.Tensor,
@@ -107,13 +111,13 @@ class Seq2SeqDecoder:
             layer.cross_attn.fill(encoder_states, cache, table)
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor, cross_row: torch.Tensor,
-                encoder_len: int, kv_cache: list[list[Any]]) -> torch.Tensor:
+                encoder_len: int, kv_cache: list[list[Any]], on_device: bool = False) -> Any:
         """Decoder positions ``start .. end - 1`` of one request (its cross K/V already in its cross blocks);
-        the logits of position ``end - 1``."""
+        the logits of position ``end - 1`` (left on the device, ``[1, 1, 1, V]``, with ``on_device``)."""
         chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
         for x in self.prefill_layers(tokens, chunk, cross_row, encoder_len, kv_cache):
             pass
-        return last_token_logits(x, chunk, self.final_norm, self.lm_head, self.device)
+        return last_token_logits(x, chunk, self.final_norm, self.lm_head, self.device, on_device)
 
     def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, cross_row: torch.Tensor, encoder_len: int,
                        kv_cache: list[list[Any]]) -> Iterator[Any]:
@@ -129,21 +133,28 @@ class Seq2SeqDecoder:
                                       chunk_start=chunk.start)
             yield x
 
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
-               cross_page_table: torch.Tensor, encoder_lens: torch.Tensor, kv_cache: list[list[Any]]) -> Any:
-        """One token per user (``positions`` ``-1``: padding row); device logits ``[1, 1, 32, V]``."""
+    def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
+                      cross_page_table: torch.Tensor, encoder_lens: torch.Tensor) -> HostInputs:
+        """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),
+        padded to 32 rows."""
         pad = self.args.decode_rows - tokens.shape[0]
-        tokens = torch.nn.functional.pad(tokens, (0, pad))
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
-        page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
-        cross_page_table = torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad))
         encoder_lens = torch.nn.functional.pad(encoder_lens, (0, pad))
-        x = self.embed(tokens, positions.clamp(min=0))
-        cross = cross_inputs(cross_page_table, torch.where(positions >= 0, encoder_lens - 1, -1), self.device)
-        current_pos = as_int_tensor(positions, self.device)
-        table = as_int_tensor(page_table, self.device)
+        return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
+                "position_ids": Embedding.host_ids(positions.clamp(min=0) + self.args.position_offset, self.device),
+                "current_pos": host_ints(positions, self.device),
+                "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
+                "cross_page_table": host_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)), self.device),
+                "cross_pos": host_ints(torch.where(positions >= 0, encoder_lens - 1, -1), self.device)}
+
+    def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
+        """Device ops only (traceable): device logits ``[1, 1, 32, V]``."""
+        x = self._embed(self.embed_tokens.forward_ids(inputs["tokens"]),
+                        self.embed_positions.forward_ids(inputs["position_ids"]))
+        cross = ([inputs["cross_page_table"]], [inputs["cross_pos"]])
         for layer, cache in zip(self.layers, kv_cache):
-            x = layer.forward_decode(x, cache, cross, page_table=table, current_pos=current_pos)
+            x = layer.forward_decode(x, cache, cross, page_table=inputs["page_table"],
+                                     current_pos=inputs["current_pos"])
         if self.final_norm is not None:
             x = self.final_norm.forward(x)
         return self.lm_head.forward(x)

@@ -48,8 +48,13 @@ class Seq2SeqModel:
         """``(n_kv_heads, head_dim)`` of the decoder's self and cross pools."""
         return self.args.n_kv_heads, self.args.head_dim
 
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
 
 class Seq2SeqGenerator(Generator):
+    model_capabilities = {"supports_sample_on_device": True}
     max_cross_attn_tokens: int
     encoder_input_key: str  # "input_features" (audio) or "input_ids" (text)
 
@@ -150,8 +155,10 @@ class Seq2SeqGenerator(Generator):
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
                         cross_page_table: Any, encoder_inputs: list[Any], encoder_lens: Any,
-                        enable_trace: bool = False, empty_slots: Any = None, **kwargs: Any) -> torch.Tensor:
-        """Logits ``[n, 1, V]`` of each row's last decoder position ``prompt_lens[i] - 1``."""
+                        enable_trace: bool = False, empty_slots: Any = None, sampling_params: Any = None,
+                        **kwargs: Any) -> Any:
+        """Logits ``[n, 1, V]`` of each row's last decoder position ``prompt_lens[i] - 1``; with
+        ``sampling_params``, tokens sampled on the device (see ``Generator.sample_prefill``)."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
         encoder_lens = as_torch(encoder_lens).tolist()
@@ -172,21 +179,30 @@ class Seq2SeqGenerator(Generator):
                                          f"encoder_lens says {encoder_len}")
                     model.decoder.fill_cross(states, encoder_len, cross_page_table[row], cache)
                 out.append(model.decoder.prefill(tokens[row], start, end, page_table[row], cross_page_table[row],
-                                                 encoder_len, cache))
+                                                 encoder_len, cache, on_device=sampling_params is not None))
+        if sampling_params is not None:
+            return self.sample_prefill(out, rows, tokens, sampling_params)
         return torch.stack(out)[:, None, :]
 
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, cross_page_table: Any,
                        encoder_lens: Any, enable_trace: bool = False, read_from_device: bool = True,
+                       sampling_params: Any = None, prompt_tokens: Any = None, output_tokens: Any = None,
                        **kwargs: Any) -> Any:
-        """One decoder token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``."""
+        """One decoder token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens
+        ``[B]`` with ``sampling_params``)."""
         tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
         page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
         encoder_lens = as_torch(encoder_lens)
         self.check_decode_batch(tokens, positions, page_table, cross_page_table, encoder_lens)
-        outputs = []
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+        inputs = []
+        for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
-            with use(device):
-                outputs.append(model.decoder.decode(tokens[rows], positions[rows], page_table[rows],
-                                                    cross_page_table[rows], encoder_lens[rows], kv_cache[replica]))
-        return self.process_decode_output_host(outputs) if read_from_device else outputs
+            inputs.append(model.decoder.decode_inputs(tokens[rows], positions[rows], page_table[rows],
+                                                      cross_page_table[rows], encoder_lens[rows]))
+
+        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
+            return self.models[replica].decoder.decode_device(device_inputs, kv_cache[replica])
+
+        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
+                               read_from_device=read_from_device, sampling_params=sampling_params,
+                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)

@@ -19,7 +19,7 @@ from tt_models.tt.generator import Generator, as_torch
 class LlamaForCausalLM(Generator):
     """Llama-family text generation on TT-NN."""
 
-    model_capabilities = {"supports_prefix_caching": True}
+    model_capabilities = {"supports_prefix_caching": True, "supports_sample_on_device": True}
 
     @classmethod
     def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
@@ -51,29 +51,41 @@ class LlamaForCausalLM(Generator):
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any,
                         start_pos: Any = None, enable_trace: bool = False, empty_slots: Any = None,
-                        **kwargs: Any) -> torch.Tensor:
-        """Logits ``[n, 1, V]`` of each row's last position ``prompt_lens[i] - 1``."""
+                        sampling_params: Any = None, **kwargs: Any) -> Any:
+        """Logits ``[n, 1, V]`` of each row's last position ``prompt_lens[i] - 1``; with ``sampling_params``,
+        tokens ``[n]`` sampled on the device (``(tokens, log_probs)`` when a row asks for log-probs)."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
+        on_device = sampling_params is not None
         out = []
         for row, (start, end, replica) in enumerate(rows):
             with use(self.devices[replica]):
-                out.append(self.models[replica].prefill(tokens[row], start, end, page_table[row], kv_cache[replica]))
+                out.append(self.models[replica].prefill(tokens[row], start, end, page_table[row], kv_cache[replica],
+                                                        on_device=on_device))
+        if on_device:
+            return self.sample_prefill(out, rows, tokens, sampling_params)
         return torch.stack(out)[:, None, :]
 
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
-                       read_from_device: bool = True, **kwargs: Any) -> Any:
-        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (device tensors
-        when ``read_from_device`` is False: pass them to :meth:`process_decode_output_host`)."""
+                       read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
+                       output_tokens: Any = None, **kwargs: Any) -> Any:
+        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``, or tokens ``[B]``
+        with ``sampling_params`` (device tensors when ``read_from_device`` is False: pass them to
+        :meth:`process_decode_output_host`)."""
         tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
         page_table = as_torch(page_table, torch.int32)
         self.check_decode_batch(tokens, positions, page_table)
-        outputs = []
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+        inputs = []
+        for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
-            with use(device):
-                outputs.append(model.decode(tokens[rows], positions[rows], page_table[rows], kv_cache[replica]))
-        return self.process_decode_output_host(outputs) if read_from_device else outputs
+            inputs.append(model.decode_inputs(tokens[rows], positions[rows], page_table[rows]))
+
+        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
+            return self.models[replica].decode_device(device_inputs, kv_cache[replica])
+
+        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
+                               read_from_device=read_from_device, sampling_params=sampling_params,
+                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):

@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 import torch
 
+from tt_models.tt.decode_inputs import HostInputs, host_ints
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -21,7 +22,7 @@ class LlamaModel:
                  max_seq_len: int, optimizations: str | None) -> None:
         self.device = device
         self.args = args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
-        self.precision = precision = Precision.for_profile(optimizations)
+        self.precision = precision = Precision.for_model(hf_config, optimizations)
         self.embedding = Embedding(state["model.embed_tokens.weight"], device)
         self.rope = RotarySetup(hf_config, args.head_dim, device, args.decode_rows)
         self.layers = [TransformerBlock(args, state, i, device, precision) for i in range(args.n_layers)]
@@ -36,15 +37,16 @@ class LlamaModel:
         return self.args.n_kv_heads, self.args.head_dim
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
-                kv_cache: list[list[Any]]) -> torch.Tensor:
+                kv_cache: list[list[Any]], on_device: bool = False) -> Any:
         """Run positions ``start .. end - 1`` of one user's token row; return the logits of position ``end - 1``.
 
-        ``page_table`` is the user's block row (entries past ``ceil(end / bs)`` may be stale: never used).
+        ``page_table`` is the user's block row (entries past ``ceil(end / bs)`` may be stale: never used);
+        ``on_device``: the logits stay on the device (``[1, 1, 1, V]``).
         """
         chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
         for x in self.prefill_layers(tokens, chunk, kv_cache):
             pass
-        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device)
+        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
 
     def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, kv_cache: list[list[Any]]) -> Iterator[Any]:
         """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
@@ -58,19 +60,25 @@ class LlamaModel:
                                       page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk.start)
             yield x
 
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
-               kv_cache: list[list[Any]]) -> Any:
-        """One token per user (``positions`` ``-1`` marks a padding row); returns device logits ``[1, 1, 32, V]``
-        whose first ``len(tokens)`` rows are the users'."""
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor) -> HostInputs:
+        """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row,
+        neither written nor attended), padded to 32 rows."""
         pad = self.args.decode_rows - tokens.shape[0]
-        tokens = torch.nn.functional.pad(tokens, (0, pad))
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
-        page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
-        x = self.embedding.forward(tokens)
-        rot = self.rope.decode(positions)
-        current_pos = as_int_tensor(positions, self.device)
-        table = as_int_tensor(page_table, self.device)
+        return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
+                "current_pos": host_ints(positions, self.device),
+                "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
+                **self.rope.decode_inputs(positions)}
+
+    def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
+        """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'."""
+        x = self.embedding.forward_ids(inputs["tokens"])
+        rot = (inputs["cos"], inputs["sin"])
         for layer, cache in zip(self.layers, kv_cache):
-            x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode, page_table=table,
-                                     current_pos=current_pos)
+            x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode,
+                                     page_table=inputs["page_table"], current_pos=inputs["current_pos"])
         return self.lm_head.forward(self.norm.forward(x))

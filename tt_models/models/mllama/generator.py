@@ -32,9 +32,9 @@ from tt_models.tt.weights import as_tensor, to_host
 class MllamaForConditionalGeneration(Generator):
     """Llama 3.2 Vision: image + text in, text out, with paged cross-attention over the vision tokens."""
 
-    # As tt_transformers declares it for Mllama.
+    # As tt_transformers declares it for Mllama, with device sampling (which reloads the host's tokens every step).
     model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
-                          "supports_sample_on_device": False}
+                          "supports_sample_on_device": True}
     max_cross_attn_tokens: int
 
     @classmethod
@@ -110,9 +110,12 @@ class MllamaForConditionalGeneration(Generator):
                 mask = self._row_mask(row, tokens[row], end, images[row], earlier[row], cross_page_table[row],
                                       cache[0][0].shape[2], replica, cache)
                 logits.append(self.models[replica].text.prefill(tokens[row], start, end, page_table[row],
-                                                                cross_page_table[row], mask, cache))
+                                                                cross_page_table[row], mask, cache,
+                                                                on_device=sampling_params is not None))
             masks.append(mask)
-        return torch.stack(logits)[:, None, :], masks, [decode_text_row(m) for m in masks]
+        out = (torch.stack(logits)[:, None, :] if sampling_params is None
+               else self.sample_prefill(logits, rows, tokens, sampling_params))
+        return out, masks, [decode_text_row(m) for m in masks]
 
     # Encoder disaggregation (tt_models.disagg): the vision encoder on an encode instance.
 
@@ -163,14 +166,18 @@ class MllamaForConditionalGeneration(Generator):
         masks, text_rows = self._aligned(cross_attention_masks), self._aligned(full_text_row_masked_out_mask)
         visible = torch.tensor([0 if m is None else m.image_tokens for m in masks])
         text_rows = torch.tensor([0.0 if t is None else float(t) for t in text_rows])
-        outputs = []
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+        inputs = []
+        for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
-            with use(device):
-                outputs.append(model.text.decode(tokens[rows], positions[rows], page_table[rows],
-                                                 cross_page_table[rows], visible[rows], text_rows[rows],
-                                                 kv_cache[replica]))
-        return self.process_decode_output_host(outputs) if read_from_device else outputs
+            inputs.append(model.text.decode_inputs(tokens[rows], positions[rows], page_table[rows],
+                                                   cross_page_table[rows], visible[rows], text_rows[rows]))
+
+        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
+            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
+
+        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
+                               read_from_device=read_from_device, sampling_params=sampling_params,
+                               prompt_tokens=kwargs.get("prompt_tokens"), output_tokens=kwargs.get("output_tokens"))
 
     def _aligned(self, values: Sequence[Any] | None) -> list[Any]:
         """A per-row list padded with None to ``max_batch_size`` (TT's V0 runner passed the scheduled rows only)."""

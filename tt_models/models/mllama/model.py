@@ -29,6 +29,10 @@ class MllamaModel:
         self.precision = self.text.precision
 
     @property
+    def vocab_size(self) -> int:
+        return self.text.vocab_size
+
+    @property
     def kv_geometry(self) -> tuple[int, int]:
         """``(n_kv_heads, head_dim)`` of the text model's self and cross pools."""
         return self.text.args.n_kv_heads, self.text.args.head_dim

@@ -16,6 +16,7 @@ import torch
 from tt_models.models.mllama.masks import CrossAttentionMask
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import CrossAttention, cross_inputs
+from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -127,13 +128,13 @@ class MllamaText:
             yield x
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor, cross_row: torch.Tensor,
-                mask: CrossAttentionMask | None, kv_cache: list[list[Any]]) -> torch.Tensor:
+                mask: CrossAttentionMask | None, kv_cache: list[list[Any]], on_device: bool = False) -> Any:
         """Positions ``start .. end - 1`` of one request (its vision K/V, if any, already in its cross blocks);
-        the logits of position ``end - 1``."""
+        the logits of position ``end - 1`` (left on the device, ``[1, 1, 1, V]``, with ``on_device``)."""
         chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
         for x in self.prefill_layers(tokens, chunk, cross_row, mask, kv_cache):
             pass
-        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device)
+        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
 
     def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, cross_row: torch.Tensor,
                        mask: CrossAttentionMask | None, kv_cache: list[list[Any]]) -> Iterator[Any]:
@@ -151,23 +152,35 @@ class MllamaText:
                                 fill_page_table=as_int_tensor(chunk.fill_blocks[None], self.device),
                                 chunk_start=chunk.start)
 
-    def decode(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
-               cross_page_table: torch.Tensor, visible: torch.Tensor, text_rows: torch.Tensor,
-               kv_cache: list[list[Any]]) -> Any:
-        """One token per user (``positions`` ``-1``: padding row), each attending its first ``visible`` vision
-        tokens (0: none); device logits ``[1, 1, 32, V]``."""
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
+                      cross_page_table: torch.Tensor, visible: torch.Tensor, text_rows: torch.Tensor) -> HostInputs:
+        """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),
+        each attending its first ``visible`` vision tokens (0: none), padded to 32 rows."""
         pad = self.args.decode_rows - tokens.shape[0]
-        tokens = torch.nn.functional.pad(tokens, (0, pad))
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
-        page_table = torch.nn.functional.pad(page_table, (0, 0, 0, pad))
         visible = torch.where(positions >= 0, torch.nn.functional.pad(visible, (0, pad)), 0)
-        cross = None
-        if bool((visible > 0).any()):
-            cross = CrossRows.of(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)), visible,
-                                 torch.nn.functional.pad(text_rows, (0, pad)), self.device)
-        x = self.embedding.forward(tokens)
-        for x in self._layers(x, kv_cache, cross, rot=self.rope.decode(positions), trans_mat=self.rope.trans_mat_decode,
-                              page_table=as_int_tensor(page_table, self.device),
-                              current_pos=as_int_tensor(positions, self.device)):
+        rows = torch.nn.functional.pad(text_rows, (0, pad)).float()
+        return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
+                "current_pos": host_ints(positions, self.device),
+                "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
+                "cross_page_table": host_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)), self.device),
+                "cross_last": host_ints(visible - 1, self.device),
+                "cross_attends": host_tensor((visible > 0).float().reshape(1, 1, -1, 1), self.device),
+                "text_rows": host_tensor(rows.reshape(1, 1, -1, 1), self.device),
+                **self.rope.decode_inputs(positions)}
+
+    def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
+        """Device ops only (traceable): device logits ``[1, 1, 32, V]``. The cross layers always run (a trace
+        cannot skip them when no row attends vision tokens); rows that attend none add exact zeros there."""
+        cross = CrossRows([inputs["cross_page_table"]], [inputs["cross_last"]], inputs["cross_attends"],
+                          inputs["text_rows"])
+        x = self.embedding.forward_ids(inputs["tokens"])
+        for x in self._layers(x, kv_cache, cross, rot=(inputs["cos"], inputs["sin"]),
+                              trans_mat=self.rope.trans_mat_decode, page_table=inputs["page_table"],
+                              current_pos=inputs["current_pos"]):
             pass
         return self.lm_head.forward(self.norm.forward(x))

@@ -29,9 +29,11 @@ __all__ = [
     "divide",
     "div",
     "eq",
+    "gt",
     "where",
     "neg",
     "exp",
+    "log",
     "gelu",
     "silu",
     "relu",
@@ -217,6 +219,16 @@ def eq(input_tensor_a: Tensor, input_tensor_b: Tensor | float, *, dtype: DataTyp
                    output_tensor, activations, input_tensor_a_activations, input_tensor_b_activations)
 
 
+def gt(input_tensor_a: Tensor, input_tensor_b: Tensor | float, *, dtype: DataType | None = None,
+       memory_config: MemoryConfig | None = None, output_tensor: Tensor | None = None,
+       activations: Sequence[Activation] = [], input_tensor_a_activations: Sequence[Activation] = [],
+       input_tensor_b_activations: Sequence[Activation] = [], sub_core_grids: CoreRangeSet | None = None,
+       sub_device_id: object = None) -> Tensor:
+    """1 where A > B, 0 elsewhere, in A's dtype."""
+    return _binary("gt", lambda x, y: (x > y).to(x.dtype), input_tensor_a, input_tensor_b, dtype, memory_config,
+                   output_tensor, activations, input_tensor_a_activations, input_tensor_b_activations)
+
+
 sub = subtract
 mul = multiply
 div = divide
@@ -257,6 +269,11 @@ def neg(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None, outp
 def exp(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memory_config: MemoryConfig | None = None,
         output_tensor: Tensor | None = None, sub_core_grids: CoreRangeSet | None = None) -> Tensor:
     return _unary("exp", torch.exp, input_tensor, memory_config, output_tensor)
+
+
+def log(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memory_config: MemoryConfig | None = None,
+        output_tensor: Tensor | None = None, sub_core_grids: CoreRangeSet | None = None) -> Tensor:
+    return _unary("log", torch.log, input_tensor, memory_config, output_tensor)
 
 
 def gelu(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memory_config: MemoryConfig | None = None,

@@ -1,0 +1,80 @@
+"""Traced decode (host backend): each family's captured decode gives logits bit-identical to eager decode (one model
+a family: the Llama family by Mistral, GQA with a sliding window; tests/vllm/test_plugin_host.py serves the tiny
+Llama, Qwen2 and Mistral traced through the plugin).
+
+Driven as TT vLLM drives it (``VllmDriver`` with ``trace_check``): requests join and leave, page tables grow
+across block boundaries and carry stale tails, positions advance; each step runs eagerly and then through the
+replica's trace (one ``execute_trace`` per replica and step), captured once for the whole run.
+"""
+
+import pytest
+import torch
+
+from tests.models.hf_reference import tiny_model
+from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
+from tests.models.seq2seq_reference import CASES as SEQ2SEQ, encoder_input, tiny_seq2seq
+from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+
+MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 128
+NEW_TOKENS = 6
+LLAMA = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM}
+
+
+def _kv(model):
+    n_kv_heads, head_dim = model.models[0].kv_geometry
+    return model.allocate_kv_cache((NUM_BLOCKS, n_kv_heads, BLOCK, head_dim), torch.bfloat16, model.models[0].n_layers)
+
+
+def build(name, device):
+    """(generator, kv cache, driver, requests); prompts end just before a block boundary so that decode grows
+    the page tables mid-run."""
+    g = torch.Generator().manual_seed(1)
+    if name in LLAMA:
+        hf = tiny_model(name)
+        model = LLAMA[name].from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH, max_seq_len=MAX_LEN)
+        kv = _kv(model)
+        driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
+                            width=MAX_LEN // BLOCK, trace_check=True)
+        requests = [Request(tokens=torch.randint(3, hf.config.vocab_size, (n,), generator=g).tolist(), prompt_len=n)
+                    for n in (30, 37, 9)]
+    elif name in SEQ2SEQ:
+        hf = tiny_seq2seq(name)
+        model = SEQ2SEQ[name][2].from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH)
+        kv = _kv(model)
+        requests = []
+        for i, (enc_len, dec_len) in enumerate(((45, 30), (100, 5), (17, 3))):
+            ours, _, encoder_len = encoder_input(hf, enc_len, seed=10 + i)
+            requests.append(Request(tokens=torch.randint(3, 300, (dec_len,), generator=g).tolist(), prompt_len=dec_len,
+                                    encoder_input=ours, encoder_len=encoder_len))
+        cross_width = -(-max(r.encoder_len for r in requests) // BLOCK)
+        driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
+                            width=64 // BLOCK, cross_width=cross_width, trace_check=True)
+    else:
+        hf = tiny_mllama()
+        model = MllamaForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
+                                                               max_seq_len=64)
+        kv = _kv(model)
+        driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
+                            width=64 // BLOCK, cross_width=-(-model.max_cross_attn_tokens // BLOCK) + 1, vision=True,
+                            trace_check=True)
+        prompts = [((40, 30), [1, IMAGE_TOKEN, 250, 61, 7, 8, 19, 23]), (None, [1, 44, 12, 90, 3]),
+                   ((120, 50), [1, 5, IMAGE_TOKEN, 17, 33, 9])]
+        requests = [Request(tokens=p, prompt_len=len(p), image=None if size is None else random_image(*size, seed=1),
+                            encoder_len=0 if size is None else model.max_cross_attn_tokens) for size, p in prompts]
+    return model, kv, driver, requests
+
+
+@pytest.mark.parametrize("name", ["mistral-window", "whisper-multilingual", "mllama"])
+def test_traced_decode_is_bit_identical_to_eager(host_device, name):
+    model, kv, driver, requests = build(name, host_device)
+    g = torch.Generator().manual_seed(2)
+    sequences = [torch.tensor(r.tokens + torch.randint(3, 200, (NEW_TOKENS,), generator=g).tolist())
+                 for r in requests]
+    teacher_forced_steps(driver, requests, sequences, slots=(1, 3, 0), join_after=2, new_tokens=NEW_TOKENS,
+                         delivery="decode", check=lambda i, logits: None)
+    assert model.traces.executions > NEW_TOKENS  # the driver checks one execute_trace per step
+    assert len(model.traces.captures) == 1, "one capture for the whole run (same shapes, same mode)"
+    model.release_traces()
+    assert not model.traces.captures

@@ -1,0 +1,57 @@
+"""Captured decode traces with persistent device inputs (as tt_transformers' ``Generator`` keeps them).
+
+One trace per (replica, key): the key holds the sampling mode and every input's shape, dtype and layout, so a
+change of page-table width or of sampling mode captures anew while changing values (tokens, positions, page
+tables, masks, sampling parameters) only reach the captured inputs by ``copy_host_to_device_tensor``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+from tt_models.runtime import ttnn
+from tt_models.tt.decode_inputs import HostInputs, to_device
+
+
+@dataclass
+class CapturedDecode:
+    device: Any
+    trace_id: Any
+    inputs: dict[str, Any]  # the persistent device inputs the trace reads
+    outputs: Any  # the device tensors the trace writes
+
+
+@dataclass
+class DecodeTraces:
+    captures: dict[tuple[int, Hashable], CapturedDecode] = field(default_factory=dict)
+    executions: int = 0  # execute_trace calls (the tests count one per replica and step)
+
+    def run(self, replica: int, device: Any, mode: Hashable, inputs: HostInputs,
+            forward: Callable[[dict[str, Any]], Any]) -> Any:
+        """``forward(device_inputs)`` through the replica's trace for this mode and these input shapes: captured
+        on first use (after a compile run), then replayed with the new inputs copied in."""
+        key = (replica, (mode, tuple(sorted((name, i.signature) for name, i in inputs.items()))))
+        captured = self.captures.get(key)
+        if captured is None:
+            captured = self.captures[key] = self._capture(device, inputs, forward)
+        else:
+            for name, host in inputs.items():
+                ttnn.copy_host_to_device_tensor(host.tensor, captured.inputs[name])
+        ttnn.execute_trace(device, captured.trace_id, cq_id=0, blocking=False)
+        self.executions += 1
+        return captured.outputs
+
+    @staticmethod
+    def _capture(device: Any, inputs: HostInputs, forward: Callable[[dict[str, Any]], Any]) -> CapturedDecode:
+        device_inputs = to_device(inputs, device)
+        forward(device_inputs)  # compile run: every program exists before capture (its writes are replayed below)
+        trace_id = ttnn.begin_trace_capture(device, cq_id=0)
+        outputs = forward(device_inputs)
+        ttnn.end_trace_capture(device, trace_id, cq_id=0)
+        return CapturedDecode(device, trace_id, device_inputs, outputs)
+
+    def release(self) -> None:
+        for captured in self.captures.values():
+            ttnn.release_trace(captured.device, captured.trace_id)
+        self.captures.clear()
