@@ -47,6 +47,7 @@ class Generator(VllmModelInterface):
         self.devices = devices
         self.max_batch_size = max_batch_size
         self.users_per_replica = max_batch_size // len(models)
+        self.mesh_device: Any = None  # the opened device the replicas' submeshes were split from (build_replicas)
         self.traces = DecodeTraces()
         self.samplers = [TTSampling(device) for device in devices]
         self.sampling_rng = random.Random()  # seeds of unseeded requests
@@ -77,7 +78,19 @@ class Generator(VllmModelInterface):
         for device in devices:
             with use(device):
                 models.append(build(device, users))
-        return cls(models, devices, max_batch_size)
+        generator = cls(models, devices, max_batch_size)
+        generator.mesh_device = mesh_device
+        return generator
+
+    def replica_backend(self, device: Any) -> str:
+        """The backend of a replica's device: a submesh of a data-parallel mesh was not opened itself, its mesh
+        was."""
+        try:
+            return backend_of(device)
+        except ValueError:
+            if self.mesh_device is None or self.mesh_device is device:
+                raise
+            return backend_of(self.mesh_device)
 
     @classmethod
     def get_max_tokens_all_users(cls, *, max_model_len: int = 4096, max_num_seqs: int = 32, **kwargs: Any) -> int:
@@ -210,7 +223,7 @@ class Generator(VllmModelInterface):
                 return logits if mode is None else self.samplers[replica].forward(logits, mode, device_inputs)
 
             # The mock device cannot capture traces (tt-metal dereferences a mocked buffer): it runs eagerly.
-            traced = enable_trace and backend_of(device) != "mock"
+            traced = enable_trace and self.replica_backend(device) != "mock"
             with use(device):
                 outputs.append(self.traces.run(replica, device, mode, host, step) if traced
                                else step(to_device(host, device)))
