@@ -123,10 +123,6 @@ class Broker:
     def inbox(self, channels: tuple[str, ...]) -> list[str]:
         return [self.key(self.instance, channel) for channel in channels]
 
-    def ping(self) -> None:
-        """Raises redis' ConnectionError when the broker is unreachable."""
-        self.client.ping()
-
     # Sending.
 
     def send_metadata(self, target: str, metadata: Metadata) -> None:
@@ -139,10 +135,6 @@ class Broker:
 
     def send_states(self, target: str, request_id: str, tensor: torch.Tensor) -> None:
         self._send(target, "states", encode_states(request_id, tensor))
-
-    def send_raw(self, target: str, channel: str, payload: bytes) -> None:
-        """A message as is (tests send malformed ones)."""
-        self._send(target, channel, payload)
 
     def _send(self, target: str, channel: str, payload: bytes) -> None:
         self.client.rpush(self.key(target, channel), payload)
