@@ -53,11 +53,12 @@ class EncodeRequest:
         self.outages = 0  # the connector's outage count when its last message went out
         self.metrics = RequestMetrics(arrival_time)
 
-    def output(self, error: BaseException | None = None) -> RequestOutput:
+    def output(self, error: BaseException | None = None, aborted: bool = False) -> RequestOutput:
         self.metrics.finished_time = time.monotonic()
         inputs = self.inputs
+        reason = "abort" if error is not None or aborted else "stop"
         return RequestOutput(self.request_id, inputs.prompt, list(inputs.prompt_token_ids), None,
-                             [CompletionOutput(0, "", [], None, None, "abort" if error else "stop")], True,
+                             [CompletionOutput(0, "", [], None, None, reason)], True,
                              self.metrics, inputs.encoder_prompt,
                              None if inputs.encoder_prompt_token_ids is None else list(inputs.encoder_prompt_token_ids),
                              error=error)
@@ -92,7 +93,7 @@ class EncodeEngine:
         self.requests: dict[str, EncodeRequest] = {}
         self.waiting: deque[EncodeRequest] = deque()
         self._done: list[RequestOutput] = []  # ended without a model step (no encoder input, refused, failed)
-        self.stats = {"encode_steps": 0, "encoded": 0}
+        self.stats = {"encoded": 0}
         self.connector.start()
 
     @classmethod
@@ -139,9 +140,7 @@ class EncodeEngine:
             return None
         if request.stage is Stage.WAITING and request in self.waiting:
             self.waiting.remove(request)
-        output = request.output()
-        output.outputs[0].finish_reason = "abort"
-        return output
+        return request.output(aborted=True)
 
     def has_unfinished_requests(self) -> bool:
         """Whether there is work for :meth:`step`; requests that only wait for notices need :meth:`service`."""
@@ -161,7 +160,6 @@ class EncodeEngine:
             batch.append(self.waiting.popleft())
         if batch:
             states = self.model.encode_forward([r.inputs.encoder_input for r in batch])
-            self.stats["encode_steps"] += 1
             self.stats["encoded"] += len(batch)
             for request, tensor in zip(batch, states):
                 request.metrics.first_scheduled_time = time.monotonic()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from fastapi import Request, Response
 from fastapi.responses import PlainTextResponse
@@ -120,10 +120,7 @@ def _response(form: AudioRequest, transcript: Transcript) -> Response:
         return PlainTextResponse(srt(cues))
     if form.response_format == "vtt":
         return PlainTextResponse(vtt(cues), media_type="text/vtt")
-    segments = [TranscriptionSegment(id=s.id, seek=s.seek, start=s.start, end=s.end, text=s.text, tokens=s.tokens,
-                                     temperature=s.temperature, avg_logprob=s.avg_logprob,
-                                     compression_ratio=s.compression_ratio, no_speech_prob=s.no_speech_prob)
-                for s in transcript.segments]
+    segments = [TranscriptionSegment(**asdict(s)) for s in transcript.segments]  # OpenAI's fields, by name
     return json_response(TranscriptionVerbose(task=form.task, language=transcript.language_name,
                                               duration=transcript.duration, text=transcript.text, segments=segments,
                                               usage=usage))
