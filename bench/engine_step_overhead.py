@@ -2,13 +2,16 @@
 
 The engine (scheduler, persistent input batch and the contract's arguments, sampler, incremental
 detokenization with SmolLM2's real tokenizer, stop checks, outputs) drives a stand-in generator whose
-``decode_forward`` hands back one of a few precomputed logits tensors (each row's winner varies by step, so
-the detokenizer sees changing text). Decode steps are timed apart from prefill, with a breakdown by engine
-part, for greedy requests and for a batch of mixed sampling parameters. Then the overlap case: the stand-in
-holds its output back until ``--latency-ms`` after ``decode_forward`` (a device computing meanwhile), and the
-engine runs with and without ``async_decode``; and a sweep over data-parallel replica counts. The peers,
-measured in the same run: the real SmolLM2 host decode step at the same batch (a short run, ``--real-steps``),
-and one ``torch.argmax`` over ``[batch, vocab]`` float32 logits.
+``decode_forward`` hands back a logits buffer whose winner per row changes every step (so the detokenizer sees
+changing text). Decode steps are timed apart from prefill: the engine thread's CPU time per step (its host
+work, which other processes on a shared machine do not inflate) with a breakdown by engine part, and the wall
+time. Cases: greedy requests whose outputs come when they finish (``LLM.generate``) or every step (the server's
+streams), and a batch of mixed sampling parameters. Then the overlap case: the stand-in holds its output back
+until ``--latency-ms`` after ``decode_forward`` (a device computing meanwhile), and the engine runs with and
+without ``async_decode``; and a sweep over data-parallel replica counts. The peers, measured in the same run:
+numpy's argmax over ``[batch, vocab]`` float32 logits (greedy sampling's core), a bf16 -> float32 conversion of
+such logits (what a model's output processing costs the host, not counted above), and the real SmolLM2 host
+decode step at the same batch (a short run, ``--real-steps``).
 
     .venv/bin/python bench/engine_step_overhead.py [--max-tokens 256] [--real-steps 3] [--latency-ms 20]
 """
@@ -21,11 +24,11 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from tt_models import SamplingParams
+from tt_models import RequestOutputKind, SamplingParams
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
@@ -34,21 +37,27 @@ BATCH = 32  # one 32-row decode tile: the engine's maximum max_num_seqs
 
 
 class NoWorkGenerator:
-    """The contract's methods with nothing behind them: logits are a few prebuilt tensors taken in turn."""
+    """The contract's methods with nothing behind them: the logits are one float32 buffer whose winning token per
+    row changes every step. It is rewritten in place, so it is warm in the cache as a real model's logits are
+    right after its own output conversion (bf16 device logits to float32, the model's work, timed apart as a
+    peer)."""
 
-    def __init__(self, vocab_size: int, winners: list[int], num_tables: int = 8, latency_s: float = 0.0) -> None:
+    def __init__(self, vocab_size: int, winners: list[int], latency_s: float = 0.0, cycle: int = 8) -> None:
         self.latency_s = latency_s  # a device's decode time: the output is ready this long after decode_forward
         self.ready_at = 0.0
-        self.tables = []
-        for t in range(num_tables):
-            logits = torch.zeros(BATCH, 1, vocab_size)
-            logits[torch.arange(BATCH), 0, [winners[(t + row) % len(winners)] for row in range(BATCH)]] = 1.0
-            self.tables.append(logits)
+        self.logits = torch.zeros(BATCH, 1, vocab_size)
+        # The flat indices of each step's winners, ``cycle`` steps' worth, built once: a step costs two index_fill_.
+        rows = torch.arange(BATCH)
+        self.winners = [rows * vocab_size + torch.tensor([winners[(t + row) % len(winners)] for row in range(BATCH)])
+                        for t in range(cycle)]
         self.calls = 0
 
     def _next(self) -> torch.Tensor:
+        flat = self.logits.view(-1)
+        flat.index_fill_(0, self.winners[self.calls % len(self.winners)], 0.0)
         self.calls += 1
-        return self.tables[self.calls % len(self.tables)]
+        flat.index_fill_(0, self.winners[self.calls % len(self.winners)], 1.0)
+        return self.logits
 
     def allocate_kv_cache(self, shape: tuple, dtype: torch.dtype, num_layers: int) -> list:
         return []  # nothing reads it: no swaps happen in this run
@@ -71,18 +80,18 @@ class NoWorkGenerator:
 
 
 def wrap_timers(engine: LLMEngine) -> dict[str, float]:
-    """Accumulate the time spent in a few engine parts (instance attributes shadow the methods)."""
+    """Accumulate the engine thread's CPU time in a few engine parts (instance attributes shadow the methods)."""
     totals: dict[str, float] = defaultdict(float)
 
     def wrap(obj: Any, method: str, key: str) -> None:
         fn: Callable = getattr(obj, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                totals[key] += time.perf_counter() - start
+                totals[key] += time.thread_time() - start
 
         setattr(obj, method, timed)
 
@@ -96,39 +105,49 @@ def wrap_timers(engine: LLMEngine) -> dict[str, float]:
     return totals
 
 
-def mixed_params(i: int, max_tokens: int) -> SamplingParams:
+def mixed_params(i: int, max_tokens: int, kind: RequestOutputKind) -> SamplingParams:
     """A quarter each: greedy, seeded top-k/top-p, greedy with 5 logprobs, sampled with penalties."""
-    common = dict(max_tokens=max_tokens, ignore_eos=True)
+    common = dict(max_tokens=max_tokens, ignore_eos=True, output_kind=kind)
     return [SamplingParams(temperature=0, **common),
             SamplingParams(temperature=0.8, top_k=50, top_p=0.9, seed=i, **common),
             SamplingParams(temperature=0, logprobs=5, **common),
             SamplingParams(temperature=1.0, repetition_penalty=1.1, presence_penalty=0.5, **common)][i % 4]
 
 
-def run_decode(engine: LLMEngine, prompts: list[str], max_tokens: int,
-               mixed: bool = False) -> tuple[list[float], int, dict[str, float]]:
-    """Run all prompts to the end; returns each decode step's seconds, the tokens decode steps generated, and
-    the decode steps' time per engine part."""
+class Run(NamedTuple):
+    """The decode steps of one run: wall seconds and the engine thread's CPU seconds (its host work, which
+    other processes on a shared machine do not inflate) per step, the tokens they generated, CPU seconds per
+    engine part."""
+
+    wall: list[float]
+    cpu: list[float]
+    tokens: int
+    parts: dict[str, float]
+
+
+def run_decode(engine: LLMEngine, prompts: list[str], max_tokens: int, mixed: bool = False,
+               kind: RequestOutputKind = RequestOutputKind.CUMULATIVE) -> Run:
+    """Run all prompts to the end, each request's outputs of ``kind``."""
     for i, prompt in enumerate(prompts):
-        params = mixed_params(i, max_tokens) if mixed else SamplingParams(temperature=0, max_tokens=max_tokens,
-                                                                          ignore_eos=True)
+        params = mixed_params(i, max_tokens, kind) if mixed else SamplingParams(
+            temperature=0, max_tokens=max_tokens, ignore_eos=True, output_kind=kind)
         engine.add_request(str(i), prompt, params)
     totals = wrap_timers(engine)
-    steps: list[float] = []
-    parts: dict[str, float] = defaultdict(float)
+    run = Run([], [], 0, defaultdict(float))
     tokens = 0
     while engine.has_unfinished_requests():
         decode_steps, generated, before = engine.stats["decode_steps"], engine.stats["generated_tokens"], dict(totals)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         engine.step()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
         if engine.stats["decode_steps"] == decode_steps:
             continue  # a prefill step
-        steps.append(elapsed)
+        run.wall.append(elapsed)
+        run.cpu.append(cpu)
         tokens += engine.stats["generated_tokens"] - generated
         for key, value in totals.items():
-            parts[key] += value - before.get(key, 0.0)
-    return steps, tokens, parts
+            run.parts[key] += value - before.get(key, 0.0)
+    return run._replace(tokens=tokens)
 
 
 def timed_call(fn: Callable[[], Any]) -> float:
@@ -150,12 +169,15 @@ def no_work_engine(checkpoint: Checkpoint, args: argparse.Namespace, winners: li
     return LLMEngine(checkpoint, config, backend="host", generator=generator)
 
 
-def report(title: str, steps: list[float], tokens: int, parts: dict[str, float]) -> float:
-    us = sorted(s * 1e6 for s in steps)
-    mean_s = statistics.mean(steps)
-    print(f"\n{title}: {len(steps)} decode steps, {tokens} tokens")
-    print(f"  µs per step   mean {mean_s * 1e6:8.1f}   p50 {us[len(us) // 2]:8.1f}   "
-          f"p99 {us[min(len(us) - 1, int(len(us) * 0.99))]:8.1f}   per token {sum(steps) / tokens * 1e6:6.1f}")
+def report(title: str, run: Run) -> float:
+    """Print the run's step times and CPU breakdown; returns the median CPU time per step."""
+    steps, parts = run.cpu, run.parts
+    wall = sorted(s * 1e6 for s in run.wall)
+    print(f"\n{title}: {len(steps)} decode steps, {run.tokens} tokens")
+    print(f"  µs per step, host work (CPU)   p50 {statistics.median(steps) * 1e6:8.1f}   mean "
+          f"{statistics.mean(steps) * 1e6:8.1f}   per token {sum(steps) / run.tokens * 1e6:6.1f}")
+    print(f"  µs per step, wall              p50 {wall[len(wall) // 2]:8.1f}   mean {statistics.mean(wall):8.1f}   "
+          f"p99 {wall[min(len(wall) - 1, int(len(wall) * 0.99))]:8.1f}")
     rest = sum(steps) - sum(parts[k] for k in ("schedule", "launch", "collect", "sample", "commit"))
     breakdown = [("scheduler.schedule", parts["schedule"]),
                  ("runner.launch (input batch, contract args, decode_forward)", parts["launch"]),
@@ -190,19 +212,23 @@ def main() -> None:
           f"{args.max_tokens} tokens per request, torch threads {torch.get_num_threads()}")
 
     medians = {}
-    for name, mixed in (("greedy", False), ("mixed sampling parameters", True)):
+    cases = (("greedy, outputs when finished (as LLM.generate asks)", False, RequestOutputKind.FINAL_ONLY),
+             ("greedy, cumulative outputs every step (as the server streams)", False, RequestOutputKind.CUMULATIVE),
+             ("mixed sampling parameters, outputs when finished", True, RequestOutputKind.FINAL_ONLY))
+    for name, mixed, kind in cases:
         engine = no_work_engine(checkpoint, args, winners)
-        medians[name] = report(name, *run_decode(engine, prompts, args.max_tokens, mixed))
+        medians[name] = report(name, run_decode(engine, prompts, args.max_tokens, mixed, kind))
         engine.close()
+    greedy = medians[cases[0][0]]
 
     latency = args.latency_ms / 1e3
     overlap = {}
     for async_decode in (False, True):
         engine = no_work_engine(checkpoint, args, winners, latency_s=latency, async_decode=async_decode)
-        steps, _, _ = run_decode(engine, prompts, min(args.max_tokens, 64))
-        overlap[async_decode] = statistics.mean(steps)
+        overlap[async_decode] = statistics.mean(run_decode(engine, prompts, min(args.max_tokens, 64)).wall)
         engine.close()
-    print(f"\noverlap: the model's output ready {args.latency_ms:g} ms after decode_forward (greedy)")
+    print(f"\noverlap: the model's output ready {args.latency_ms:g} ms after decode_forward (greedy, cumulative "
+          "outputs)")
     for async_decode, mean_s in overlap.items():
         print(f"  async_decode={async_decode!s:<5}  mean step {mean_s * 1e3:7.2f} ms  "
               f"(the simulated device time + {(mean_s - latency) * 1e6:7.1f} µs)")
@@ -210,25 +236,26 @@ def main() -> None:
     print("\ndata-parallel replicas (greedy, no-work model, batch 32 shared by the replicas)")
     for replicas in (1, 2, 4):
         engine = no_work_engine(checkpoint, args, winners, data_parallel_size=replicas)
-        steps, _, _ = run_decode(engine, prompts, min(args.max_tokens, 64))
+        cpu = run_decode(engine, prompts, min(args.max_tokens, 64), kind=RequestOutputKind.FINAL_ONLY).cpu
         engine.close()
-        print(f"  {replicas} replica(s)  median step {statistics.median(steps) * 1e6:8.1f} µs")
+        print(f"  {replicas} replica(s)  median host work per step {statistics.median(cpu) * 1e6:8.1f} µs")
 
     logits = torch.randn(BATCH, vocab)
-    logits.argmax(dim=-1)  # warm up
-    argmax_s = statistics.median(timed_call(lambda: logits.argmax(dim=-1)) for _ in range(200))
+    device_logits = logits.to(torch.bfloat16)
+    argmax_s = statistics.median(timed_call(lambda: logits.numpy().argmax(axis=-1)) for _ in range(200))
+    convert_s = statistics.median(timed_call(device_logits.float) for _ in range(200))
     print("\npeers in this run:")
-    print(f"  {f'torch.argmax over [{BATCH}, {vocab}] float32':<54} {argmax_s * 1e6:8.1f} µs  "
-          f"(a greedy no-work decode step = {medians['greedy'] / argmax_s:.2f}x it)")
+    print(f"  {f'numpy argmax over [{BATCH}, {vocab}] float32 (the sampler greedy core)':<70} {argmax_s * 1e6:8.1f} µs  "
+          f"(a greedy no-work decode step = {greedy / argmax_s:.2f}x it)")
+    print(f"  {f'bf16 -> float32 of [{BATCH}, {vocab}] logits (a model output conversion)':<70} "
+          f"{convert_s * 1e6:8.1f} µs  (a greedy no-work decode step = {greedy / convert_s:.2f}x it)")
     if args.real_steps > 0:  # the real model's decode step, from the same engine code path
         config = EngineConfig(max_num_seqs=BATCH, max_model_len=args.max_model_len, block_size=64)
         real = LLMEngine(checkpoint, config, backend="host", optimizations=args.optimizations)
-        real_steps, _, _ = run_decode(real, prompts, args.real_steps + 1)
+        real_step_s = statistics.mean(run_decode(real, prompts, args.real_steps + 1).wall)
         real.close()
-        real_step_s = statistics.mean(real_steps)
-        print(f"  {f'real SmolLM2 decode step ({args.optimizations}, mean of {args.real_steps})':<54} "
-              f"{real_step_s * 1e6:8.0f} µs  (a greedy no-work decode step = {medians['greedy'] / real_step_s:.2%} "
-              "of it)")
+        print(f"  {f'real SmolLM2 decode step ({args.optimizations}, mean of {args.real_steps})':<70} "
+              f"{real_step_s * 1e6:8.0f} µs  (a greedy no-work decode step = {greedy / real_step_s:.2%} of it)")
     print(f"  load average (1 min) {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end, {os.cpu_count()} CPUs")
 
 

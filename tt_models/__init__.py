@@ -12,6 +12,7 @@ _API = {
     "LLM": "tt_models.engine.llm",
     "LLMEngine": "tt_models.engine.llm_engine",
     "SamplingParams": "tt_models.engine.sampling",
+    "RequestOutputKind": "tt_models.engine.sampling",
     "RequestOutput": "tt_models.engine.outputs",
     "CompletionOutput": "tt_models.engine.outputs",
     "TextPrompt": "tt_models.engine.inputs",

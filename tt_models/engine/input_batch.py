@@ -142,11 +142,17 @@ class InputBatch:
 
     def append_token(self, req_id: str, token: int) -> None:
         """Append a sampled token to the request's sequence."""
-        row = self._row(req_id)
-        if self.num_tokens[row] >= self.max_model_len:
-            raise ValueError(f"request {req_id!r} is at max_model_len ({self.max_model_len})")
-        self.token_ids[row, self.num_tokens[row]] = token
-        self.num_tokens[row] += 1
+        self.append_tokens([self._row(req_id)], [token])
+
+    def append_tokens(self, rows: Sequence[int], tokens: Sequence[int]) -> None:
+        """Append one sampled token to each of ``rows`` (distinct, occupied), in one array update."""
+        rows = np.asarray(rows, dtype=np.intp)
+        ends = self.num_tokens[rows]
+        if (ends >= self.max_model_len).any():
+            row = int(rows[np.argmax(ends >= self.max_model_len)])
+            raise ValueError(f"request {self.req_ids[row]!r} is at max_model_len ({self.max_model_len})")
+        self.token_ids[rows, ends] = tokens
+        self.num_tokens[rows] = ends + 1
 
     def append_blocks(self, req_id: str, block_ids: Sequence[int]) -> None:
         """Give the request more KV blocks, after those it has."""
@@ -165,8 +171,11 @@ class InputBatch:
         req_ids = list(num_scheduled_tokens)
         if not req_ids:
             raise ValueError("nothing scheduled")
-        rows = np.array([self._row(r) for r in req_ids], dtype=np.int32)
-        scheduled = np.array([num_scheduled_tokens[r] for r in req_ids], dtype=np.int32)
+        try:
+            rows = np.fromiter(map(self.row_of.__getitem__, req_ids), dtype=np.int32, count=len(req_ids))
+        except KeyError as e:
+            raise KeyError(f"request {e.args[0]!r} is not in the batch") from None
+        scheduled = np.fromiter(num_scheduled_tokens.values(), dtype=np.int32, count=len(req_ids))
         computed = self.num_computed_tokens[rows]
         seq_lens = computed + scheduled
         self._check_schedule(req_ids, rows, scheduled, seq_lens)

@@ -45,14 +45,14 @@ class _Pool:
             self.free.append(block)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seq:
     request_id: str
     num_tokens: int
     table: list[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     seq_ids: set[int]
     cross: list[int] | None  # None: decoder-only, or freed by free_cross
@@ -168,10 +168,6 @@ class KVBlockManager:
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         return self._append_cost(self._resident_seq(seq_id), num_tokens)[0] <= self.num_free_blocks
 
-    def blocks_to_append(self, seq_id: int, num_tokens: int = 1) -> int:
-        """Free blocks that ``append(seq_id, num_tokens)`` would take."""
-        return self._append_cost(self._resident_seq(seq_id), num_tokens)[0]
-
     def append(self, seq_id: int, num_tokens: int = 1) -> tuple[int, int] | None:
         """Room for ``num_tokens`` more tokens: a new block each time the sequence crosses a block boundary.
 
@@ -182,13 +178,31 @@ class KVBlockManager:
         need, copy_last = self._append_cost(seq, num_tokens)
         if need > self.num_free_blocks:
             raise RuntimeError(f"append to sequence {seq_id}: needs {need} blocks, {self.num_free_blocks} free")
+        return self._append(seq, num_tokens, copy_last)
+
+    def blocks_to_append(self, seq_ids: list[int]) -> int:
+        """Free blocks that ``append_each(seq_ids)`` would take."""
+        return sum(self._append_cost(self._resident_seq(seq_id), 1)[0] for seq_id in seq_ids)
+
+    def append_each(self, seq_ids: list[int]) -> list[tuple[int, int] | None]:
+        """One more token in each of the sequences (a decode step), all or none; returns each sequence's
+        copy-on-write as :meth:`append` does. (One call per step and pool: decode runs it for every sequence.)"""
+        seqs = [self._resident_seq(seq_id) for seq_id in seq_ids]
+        costs = [self._append_cost(seq, 1) for seq in seqs]
+        need = sum(cost for cost, _ in costs)
+        if need > len(self._device.free):
+            raise RuntimeError(f"append to sequences {seq_ids}: needs {need} blocks, {self.num_free_blocks} free")
+        return [self._append(seq, 1, copy_last) for seq, (_, copy_last) in zip(seqs, costs)]
+
+    def _append(self, seq: _Seq, num_tokens: int, copy_last: bool) -> tuple[int, int] | None:
         copy = None
         if copy_last:
             copy = seq.table[-1], self._device.take()
             self._device.release(copy[0])
             seq.table[-1] = copy[1]
         seq.num_tokens += num_tokens
-        seq.table += [self._device.take() for _ in range(self.num_blocks_for(seq.num_tokens) - len(seq.table))]
+        while len(seq.table) * self.block_size < seq.num_tokens:
+            seq.table.append(self._device.take())
         return copy
 
     def fork(self, parent_seq: int, child_seq: int) -> None:
@@ -268,11 +282,13 @@ class KVBlockManager:
         return self.num_blocks_for(prompt_len) + self.num_blocks_for(encoder_len or 0)
 
     def _append_cost(self, seq: _Seq, num_tokens: int) -> tuple[int, bool]:
-        """Blocks needed for ``num_tokens`` more tokens, and whether the last block must be copied first."""
+        """Blocks needed for ``num_tokens`` more tokens, and whether the last block must be copied first.
+        (Called for every sequence at every decode step: the arithmetic is inline.)"""
         if num_tokens < 1:
             raise ValueError(f"append: num_tokens must be >= 1, got {num_tokens}")
-        copy_last = seq.num_tokens % self.block_size != 0 and self._device.refs[seq.table[-1]] > 1
-        return self.num_blocks_for(seq.num_tokens + num_tokens) - len(seq.table) + copy_last, copy_last
+        size = self.block_size
+        copy_last = seq.num_tokens % size != 0 and self._device.refs[seq.table[-1]] > 1
+        return -(-(seq.num_tokens + num_tokens) // size) - len(seq.table) + copy_last, copy_last
 
     def _tables(self, request: _Request) -> list[list[int]]:
         tables = [self._seqs[seq_id].table for seq_id in request.seq_ids]
@@ -308,6 +324,7 @@ class KVBlockManager:
 
     def _resident_seq(self, seq_id: int) -> _Seq:
         """A sequence whose request is on the device (appending and forking need its blocks there)."""
-        seq = self._seq(seq_id)
-        self._resident(seq.request_id, on_host=False)
+        seq = self._seqs.get(seq_id)
+        if seq is None or self._requests[seq.request_id].on_host:  # raise, naming the problem
+            self._resident(self._seq(seq_id).request_id, on_host=False)
         return seq

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,7 +13,7 @@ from tt_models.engine.config import EngineConfig
 from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
-from tt_models.engine.sampling import SamplingParams
+from tt_models.engine.sampling import RequestOutputKind, SamplingParams
 
 if TYPE_CHECKING:  # tt_models.speech builds on this module: imported when transcribing
     from tt_models.speech import Transcript
@@ -76,6 +77,9 @@ class LLM:
             params = list(sampling_params)
         else:
             params = [sampling_params or SamplingParams()] * len(prompts)
+        # As vLLM's LLM: only finished outputs are wanted, so the engine builds none per step.
+        params = [dataclasses.replace(p, output_kind=RequestOutputKind.FINAL_ONLY) if isinstance(p, SamplingParams)
+                  else p for p in params]
 
         engine = self.llm_engine
         ids = []

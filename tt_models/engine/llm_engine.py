@@ -22,7 +22,7 @@ from tt_models.engine.inputs import InputProcessor, PromptType
 from tt_models.engine.model_runner import ModelRunner
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.request import Request, RequestStatus, Sequence
-from tt_models.engine.sampling import LogitsRules, Sampler, SamplingParams
+from tt_models.engine.sampling import LogitsRules, RequestOutputKind, Sampler, SamplingParams
 from tt_models.engine.scheduler import Scheduler, SchedulerOutput
 
 
@@ -210,14 +210,15 @@ class LLMEngine:
         if rows != list(range(len(logits))):  # forks repeat a row; finished chunks and stopped sequences drop rows
             logits = logits[rows]
         sampled = self.sampler.sample(logits, [s.state for s in seqs])
-        pending = []
-        for seq, token, logprobs in zip(seqs, sampled.tokens.tolist(), sampled.logprobs):
-            if seq.request.metrics.first_token_time is None:
-                seq.request.metrics.first_token_time = now
+        tokens = sampled.tokens.tolist()
+        for seq, token in zip(seqs, tokens):
             seq.add_token(token)
-            self.runner.append_token(seq, token)
-            pending.append((seq, token, logprobs))
-        return pending
+        if out.is_prefill:  # a decode step's requests had theirs already
+            for seq in seqs:
+                if seq.request.metrics.first_token_time is None:
+                    seq.request.metrics.first_token_time = now
+        self.runner.append_tokens(seqs, tokens)
+        return list(zip(seqs, tokens, sampled.logprobs))
 
     def _commit(self) -> list[RequestOutput]:
         """Detokenize the sampled tokens and check stops: finished sequences and requests give back their blocks."""
@@ -238,7 +239,9 @@ class LLMEngine:
             if not request.live_seqs and len(request.seqs) == request.params.n:
                 self.requests.pop(request.request_id)
                 self._finish(request)
-        return [request.output() for request in touched.values()]
+        return [request.output() for request in touched.values()
+                if request.params.output_kind is RequestOutputKind.CUMULATIVE
+                or request.status is RequestStatus.FINISHED]
 
     @staticmethod
     def _merge(first: list[RequestOutput], then: list[RequestOutput]) -> list[RequestOutput]:

@@ -84,6 +84,7 @@ class ModelRunner:
                                 max_cross_blocks=max_cross, cross_optional=self.image_text)
         self.slots_per_replica = config.max_num_seqs // replicas
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
+        self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
 
     def close(self) -> None:
         if self.device is not None:
@@ -95,30 +96,35 @@ class ModelRunner:
     def remove(self, seq: Sequence) -> None:
         if seq.key in self.batch.row_of:
             self.batch.remove_request(seq.key)
+            del self._table_tails[seq.key]
 
-    def append_token(self, seq: Sequence, token_id: int) -> None:
-        """A sampled token into the sequence's row (a sequence without one, a new fork, gets its row with its
-        tokens when it is next scheduled)."""
-        if seq.key in self.batch.row_of:
-            self.batch.append_token(seq.key, token_id)
+    def append_tokens(self, seqs: list[Sequence], tokens: list[int]) -> None:
+        """Sampled tokens into their sequences' rows, in one array update (a sequence without a row, a new fork,
+        gets its row with its tokens when it is next scheduled)."""
+        row_of = self.batch.row_of
+        rows = [row_of.get(seq.key, -1) for seq in seqs]
+        if -1 in rows:
+            tokens = [t for t, row in zip(tokens, rows) if row >= 0]
+            rows = [row for row in rows if row >= 0]
+        self.batch.append_tokens(rows, tokens)
 
     def _sync(self, seq: Sequence, kv: Any) -> None:
         """Put the sequence in a free row of its replica's slots if it has none, and bring its row's block table
-        up to date: the table only grows, except that a copy-on-write replaces its last block (compared in
-        O(1))."""
-        if seq.key not in self.batch.row_of:
+        up to date: the table only grows, except that a copy-on-write replaces its last block, so comparing its
+        length and last block with those the row got last time tells whether it changed (O(1))."""
+        key, tail = seq.key, kv.table_tail(seq.seq_id)
+        known = self._table_tails.get(key)
+        if known is None:
             cross = kv.cross_table(seq.request.request_id) if self.uses_cross else None
             first = seq.request.replica * self.slots_per_replica
             slot = self.batch.free_row(range(first, first + self.slots_per_replica))
-            self.batch.add_request(seq.key, seq.token_ids, kv.self_table(seq.seq_id), slot=slot, cross_block_ids=cross,
+            self.batch.add_request(key, seq.token_ids, kv.self_table(seq.seq_id), slot=slot, cross_block_ids=cross,
                                    encoder_len=seq.request.encoder_len, num_computed_tokens=seq.num_computed)
-            return
-        row = self.batch.row_of[seq.key]
-        known = int(self.batch.num_blocks[row])
-        if kv.table_tail(seq.seq_id) != (known, int(self.batch.block_table[row, known - 1])):
-            table = kv.self_table(seq.seq_id)
-            self.batch.block_table[row, known - 1] = table[known - 1]
-            self.batch.append_blocks(seq.key, table[known:])
+        elif tail != known:
+            table, size = kv.self_table(seq.seq_id), known[0]
+            self.batch.block_table[self.batch.row_of[key], size - 1] = table[size - 1]
+            self.batch.append_blocks(key, table[size:])
+        self._table_tails[key] = tail
 
     # Steps.
 

@@ -120,7 +120,7 @@ class Request:
 
     @property
     def live_seqs(self) -> list[Sequence]:
-        return [s for s in self.seqs if not s.finished]
+        return [s for s in self.seqs if s.finish_reason is None]  # (not the property: this runs every step)
 
     @property
     def num_slots(self) -> int:

@@ -9,6 +9,7 @@ not imported: the engine must run without it.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,14 @@ _SAMPLING_EPS = 1e-5  # temperatures below this are greedy
 _MAX_TEMP = 1e-2  # smaller positive temperatures are raised to this (they overflow the softmax)
 _MAX_N = 16384  # vLLM's default VLLM_MAX_N_SEQUENCES
 MAX_LOGPROB_TOKEN_IDS = 128  # vLLM's bound on len(logprob_token_ids)
+
+
+class RequestOutputKind(enum.IntEnum):
+    """vLLM's: which outputs a request gets while it runs (vLLM's DELTA is not offered: the server derives its
+    stream's deltas from cumulative outputs)."""
+
+    CUMULATIVE = 0  # after every step, everything so far
+    FINAL_ONLY = 2  # once, when it finishes (what ``LLM.generate`` asks: no output is built per step)
 
 
 @dataclass
@@ -59,6 +68,7 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None
     logprob_token_ids: list[int] | None = None
     extra_args: dict[str, Any] | None = None
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self) -> None:
         if 0 < self.temperature < _MAX_TEMP:

@@ -144,18 +144,19 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             self.swapped.remove(request)
             self.running.append(request)
-            scheduled += self._append_slots(seqs)
+            scheduled += self._decoding(seqs, kv.append_each([s.seq_id for s in seqs]))
         return scheduled
 
-    def _append_slots(self, seqs: list[Sequence]) -> list[tuple[Sequence, int]]:
-        """A slot for each sequence's next token; a sequence whose last block was shared rebuilds its copy in
-        a prefill next step instead of decoding now."""
+    @staticmethod
+    def _decoding(seqs: list[Sequence], copies: list[tuple[int, int] | None]) -> list[tuple[Sequence, int]]:
+        """The sequences that decode now, their next token's slot appended: a sequence whose last block was shared
+        (a copy-on-write) rebuilds its copy in a prefill next step instead."""
         scheduled = []
-        for seq in seqs:
-            if self.kvs[seq.request.replica].append(seq.seq_id) is not None:
-                seq.redo_last_block = True
-            else:
+        for seq, copy in zip(seqs, copies):
+            if copy is None:
                 scheduled.append((seq, 1))
+            else:
+                seq.redo_last_block = True
         return scheduled
 
     def _prefills(self) -> list[tuple[Sequence, int]]:
@@ -221,21 +222,39 @@ class Scheduler:
         return True
 
     def _decodes(self, out: SchedulerOutput) -> list[tuple[Sequence, int]]:
+        fit = self._decode_all()
+        if fit is not None:
+            return fit
         scheduled: list[tuple[Sequence, int]] = []
         i = 0
         while i < len(self.running):
             request = self.running[i]
             seqs, kv = request.live_seqs, self.kvs[request.replica]
-            while sum(kv.blocks_to_append(s.seq_id) for s in seqs) > kv.num_free_blocks:
+            seq_ids = [seq.seq_id for seq in seqs]
+            while kv.blocks_to_append(seq_ids) > kv.num_free_blocks:
                 # The most recently admitted request of the same replica: only its blocks free this pool.
                 victim = next(r for r in reversed(self.running) if r.replica == request.replica)
                 self._preempt(victim, out)
                 if victim is request:
                     break
             else:
-                scheduled += self._append_slots(seqs)
+                scheduled += self._decoding(seqs, kv.append_each(seq_ids))
                 i += 1
         return scheduled
+
+    def _decode_all(self) -> list[tuple[Sequence, int]] | None:
+        """The usual decode step: every pool holds the next token of all its running sequences, so nothing is
+        preempted and each pool appends them in one call. None (nothing changed) when a pool is short."""
+        seqs = [seq for request in self.running for seq in request.live_seqs]
+        by_replica: dict[int, list[int]] = {}
+        for seq in seqs:
+            by_replica.setdefault(seq.request.replica, []).append(seq.seq_id)
+        if any(self.kvs[r].blocks_to_append(ids) > self.kvs[r].num_free_blocks for r, ids in by_replica.items()):
+            return None
+        copies: dict[int, tuple[int, int] | None] = {}
+        for replica, ids in by_replica.items():
+            copies.update(zip(ids, self.kvs[replica].append_each(ids)))
+        return self._decoding(seqs, [copies[seq.seq_id] for seq in seqs])
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         self.running.remove(request)
