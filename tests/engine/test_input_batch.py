@@ -131,9 +131,9 @@ def test_seed_steps_as_prefill_arguments():
 def test_seed_step_2_is_no_decode_step():
     """Request 2 is still prefilling, so TT vLLM could not send this step to ``decode_forward``."""
     batch = seed_batch()
-    step_2 = seed_step_2(batch, batch.prepare({"0": 3, "1": 2, "2": 5}))
+    seed_step_2(batch, batch.prepare({"0": 3, "1": 2, "2": 5}))
     with pytest.raises(ValueError, match="not a decode step for \\['2'\\]"):
-        batch.decode_kwargs(step_2)
+        batch.prepare_decode(["0", "1", "2"])
 
 
 def test_prefill_rows_follow_scheduling_order_and_keep_stale_tails():
@@ -180,7 +180,7 @@ def decoding_batch(max_cross_blocks: int = 0) -> tuple[InputBatch, StepInputs]:
     batch.append_token("a", 24)
     batch.append_token("b", 33)
     batch.append_blocks("b", [17])
-    return batch, batch.prepare({"a": 1, "b": 1})
+    return batch, batch.prepare_decode(["a", "b"])
 
 
 def test_decode_is_padded_to_max_num_seqs_with_start_pos_minus_one():
@@ -347,7 +347,7 @@ def check_prefill_kwargs(shadow: Shadow, step: StepInputs, schedule: dict[str, i
         assert all(a is b for a, b in zip(kw["encoder_inputs"], encoder_inputs))
 
 
-def check_decode_kwargs(shadow: Shadow, step: StepInputs, schedule: dict[str, int]) -> None:
+def check_decode_kwargs(shadow: Shadow, schedule: dict[str, int]) -> None:
     batch = shadow.batch
     b = batch.max_num_seqs
     tokens, start_pos = [[0] for _ in range(b)], [-1] * b
@@ -359,6 +359,8 @@ def check_decode_kwargs(shadow: Shadow, step: StepInputs, schedule: dict[str, in
         tokens[row], start_pos[row] = [r["tokens"][-1]], len(r["tokens"]) - 1
         page_table[row], cross_table[row], encoder_lens[row] = shadow.block_rows[row], shadow.cross_rows[row], \
             r["encoder_len"]
+    step = batch.prepare_decode(list(schedule))
+    assert step.seq_lens.tolist() == [len(shadow.requests[r]["tokens"]) for r in schedule]
     kw = batch.decode_kwargs(step)
     assert kw["tokens"].tolist() == tokens
     assert kw["start_pos"].tolist() == start_pos
@@ -433,10 +435,10 @@ def test_steps_match_a_per_token_reference(data):
         assert step.num_tokens == sum(schedule.values())
         check_prefill_kwargs(shadow, step, schedule)
         if all(n == remaining[r] == 1 for r, n in schedule.items()):
-            check_decode_kwargs(shadow, step, schedule)
+            check_decode_kwargs(shadow, schedule)
         else:
             with pytest.raises(ValueError, match="not a decode step"):
-                batch.decode_kwargs(step)
+                batch.prepare_decode(list(schedule))
         batch.advance(step)
         for req_id, n in schedule.items():
             shadow.requests[req_id]["computed"] += n

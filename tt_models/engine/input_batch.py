@@ -63,6 +63,20 @@ class StepInputs:
         return int(self.query_start_loc[-1])
 
 
+@dataclass(frozen=True)
+class DecodeInputs:
+    """A decode step: each request runs its last token, which is all ``decode_forward`` needs to know (the
+    per-token arrays of :class:`StepInputs` are a prefill's)."""
+
+    req_ids: list[str]
+    rows: np.ndarray  # [n] int32: each request's persistent row
+    positions: np.ndarray  # [n] int32: the position of each request's last token (the tokens already computed)
+
+    @property
+    def seq_lens(self) -> np.ndarray:
+        return self.positions + 1
+
+
 class InputBatch:
     """Persistent per-slot token and block tables, and the per-step inputs derived from them.
 
@@ -169,12 +183,7 @@ class InputBatch:
         """The inputs of a step that runs ``num_scheduled_tokens[r]`` tokens of each request ``r``, in the
         dict's order, starting at each request's first uncomputed token."""
         req_ids = list(num_scheduled_tokens)
-        if not req_ids:
-            raise ValueError("nothing scheduled")
-        try:
-            rows = np.fromiter(map(self.row_of.__getitem__, req_ids), dtype=np.int32, count=len(req_ids))
-        except KeyError as e:
-            raise KeyError(f"request {e.args[0]!r} is not in the batch") from None
+        rows = self._rows(req_ids)
         scheduled = np.fromiter(num_scheduled_tokens.values(), dtype=np.int32, count=len(req_ids))
         computed = self.num_computed_tokens[rows]
         seq_lens = computed + scheduled
@@ -209,7 +218,18 @@ class InputBatch:
             slot_mapping=block_numbers.astype(np.int64) * self.block_size + block_offsets,
         )
 
-    def advance(self, step: StepInputs) -> None:
+    def prepare_decode(self, req_ids: list[str]) -> DecodeInputs:
+        """The inputs of a decode step of ``req_ids``, in that order: each runs its last token, the only one not
+        computed yet, in a block it has."""
+        rows = self._rows(req_ids)
+        positions = self.num_computed_tokens[rows]
+        bad = (self.num_tokens[rows] != positions + 1) | (positions // self.block_size >= self.num_blocks[rows])
+        if bad.any():
+            raise ValueError(f"not a decode step for {[r for r, b in zip(req_ids, bad) if b]}: decode runs exactly "
+                             "each request's last token, in a block it has")
+        return DecodeInputs(req_ids, rows, positions)
+
+    def advance(self, step: StepInputs | DecodeInputs) -> None:
         """Record that the step ran: its tokens are now in the KV cache."""
         self.num_computed_tokens[step.rows] = step.seq_lens
 
@@ -243,17 +263,13 @@ class InputBatch:
         kwargs["encoder_lens"] = self.encoder_lens[rows]
         return kwargs
 
-    def decode_kwargs(self, step: StepInputs) -> dict[str, Any]:
+    def decode_kwargs(self, step: DecodeInputs) -> dict[str, Any]:
         """``decode_forward``'s batch arguments, as TT vLLM's runner builds them: ``max_num_seqs`` rows,
         row = slot; a row not decoding this step gets token 0, ``start_pos = -1``, a zero page-table row
         and, for encoder-decoder models, a zero cross row and ``encoder_lens = 0``."""
-        not_decoding = (step.num_scheduled_tokens != 1) | (step.seq_lens != self.num_tokens[step.rows])
-        if not_decoding.any():
-            raise ValueError(f"not a decode step for {[r for r, bad in zip(step.req_ids, not_decoding) if bad]}: "
-                             f"decode runs exactly each request's last token")
         rows, b = step.rows, self.max_num_seqs
         tokens = np.zeros((b, 1), dtype=np.int32)
-        tokens[rows, 0] = step.input_ids
+        tokens[rows, 0] = self.token_ids[rows, step.positions]
         start_pos = np.full(b, -1, dtype=np.int32)
         start_pos[rows] = step.positions
         page_table = np.zeros_like(self.block_table)
@@ -273,6 +289,14 @@ class InputBatch:
         return kwargs
 
     # Checks.
+
+    def _rows(self, req_ids: list[str]) -> np.ndarray:
+        if not req_ids:
+            raise ValueError("nothing scheduled")
+        try:
+            return np.fromiter(map(self.row_of.__getitem__, req_ids), dtype=np.int32, count=len(req_ids))
+        except KeyError as e:
+            raise KeyError(f"request {e.args[0]!r} is not in the batch") from None
 
     def _row(self, req_id: str) -> int:
         if req_id not in self.row_of:

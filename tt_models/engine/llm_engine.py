@@ -187,27 +187,10 @@ class LLMEngine:
         """Sample each sequence's next token and make it the sequence's next input; detokenizing and stop checks
         are :meth:`_commit`'s. Prefills that complete a prompt fork the other ``n - 1`` sequences."""
         now = time.monotonic()
-        rows: list[int] = []
-        seqs: list[Sequence] = []
-        for i, (seq, tokens) in enumerate(out.scheduled):
-            if seq.finished:
-                continue  # it stopped (or was aborted) after this step was issued: its token is discarded
-            seq.num_computed += tokens
-            seq.redo_last_block = False
-            request = seq.request
-            if out.is_prefill:
-                request.encoder_cached = True
-                self.stats["prompt_tokens"] += tokens
-            if seq.num_computed < len(seq.token_ids):
-                continue  # a prefill chunk that is not the last
-            family = [seq]
-            if len(request.seqs) < request.params.n:  # the prompt is done: fork the other n - 1
-                family += [self._fork(seq, index) for index in range(1, request.params.n)]
-            rows += [i] * len(family)
-            seqs += family
+        rows, seqs = self._prefilled(out) if out.is_prefill else self._decoded(out)
         if not seqs:
             return []
-        if rows != list(range(len(logits))):  # forks repeat a row; finished chunks and stopped sequences drop rows
+        if rows is not None:  # forks repeat a row; finished chunks and stopped sequences drop rows
             logits = logits[rows]
         sampled = self.sampler.sample(logits, [s.state for s in seqs])
         tokens = sampled.tokens.tolist()
@@ -220,23 +203,60 @@ class LLMEngine:
         self.runner.append_tokens(seqs, tokens)
         return list(zip(seqs, tokens, sampled.logprobs))
 
+    def _prefilled(self, out: SchedulerOutput) -> tuple[list[int] | None, list[Sequence]]:
+        """The sequences whose prompt this prefill step completed (with the ``n - 1`` it forks), and the logits row
+        of each (None: the rows as they are)."""
+        rows: list[int] = []
+        seqs: list[Sequence] = []
+        for i, (seq, tokens) in enumerate(out.scheduled):
+            if seq.finished:
+                continue  # aborted after this step was issued
+            seq.num_computed += tokens
+            seq.redo_last_block = False
+            request = seq.request
+            request.encoder_cached = True
+            self.stats["prompt_tokens"] += tokens
+            if seq.num_computed < len(seq.token_ids):
+                continue  # a prefill chunk that is not the last
+            family = [seq]
+            if len(request.seqs) < request.params.n:  # the prompt is done: fork the other n - 1
+                family += [self._fork(seq, index) for index in range(1, request.params.n)]
+            rows += [i] * len(family)
+            seqs += family
+        return (None if rows == list(range(len(out.scheduled))) else rows), seqs
+
+    @staticmethod
+    def _decoded(out: SchedulerOutput) -> tuple[list[int] | None, list[Sequence]]:
+        """A decode step's sequences, each of which ran its last token, less those that stopped after the step was
+        issued (async decode: their token is discarded); their logits rows (None: the rows as they are)."""
+        seqs = [seq for seq, _ in out.scheduled if seq.finish_reason is None]
+        for seq in seqs:
+            seq.num_computed += 1
+        if len(seqs) == len(out.scheduled):
+            return None, seqs
+        return [i for i, (seq, _) in enumerate(out.scheduled) if seq.finish_reason is None], seqs
+
     def _commit(self) -> list[RequestOutput]:
         """Detokenize the sampled tokens and check stops: finished sequences and requests give back their blocks."""
         pending, self._pending = self._pending, []
         touched: dict[str, Request] = {}
+        ended: list[Request] = []  # requests a sequence of which finished now
+        committed = 0
         for seq, token, logprobs in pending:
             request = seq.request
-            if seq.finished or request.request_id not in self.requests:
+            if seq.finish_reason is not None or request.request_id not in self.requests:
                 continue  # aborted meanwhile
             seq.commit_token(token, logprobs)
-            self.stats["generated_tokens"] += 1
+            committed += 1
             touched[request.request_id] = request
-            if seq.finished:
+            if seq.finish_reason is not None:
+                ended.append(request)
                 self.runner.remove(seq)
                 if request.status is not RequestStatus.WAITING:  # preempted since it was sampled: holds nothing
                     self.scheduler.free_seq(seq)
-        for request in touched.values():
-            if not request.live_seqs and len(request.seqs) == request.params.n:
+        self.stats["generated_tokens"] += committed
+        for request in ended:
+            if request.request_id in self.requests and not request.live_seqs and len(request.seqs) == request.params.n:
                 self.requests.pop(request.request_id)
                 self._finish(request)
         return [request.output() for request in touched.values()

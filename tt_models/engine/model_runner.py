@@ -84,6 +84,7 @@ class ModelRunner:
                                 max_cross_blocks=max_cross, cross_optional=self.image_text)
         self.slots_per_replica = config.max_num_seqs // replicas
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
+        self._row_order = np.arange(config.max_num_seqs)
         self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
 
     def close(self) -> None:
@@ -165,15 +166,19 @@ class ModelRunner:
         """A launched decode step's logits, as :meth:`execute` returns them (waits for the device)."""
         tt_out, rows = launched
         logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))[:, 0, : self.vocab_size]
-        if not (len(rows) and rows[0] == 0 and rows[-1] == len(rows) - 1 and (np.diff(rows) == 1).all()):
-            logits = logits[torch.from_numpy(rows).long()]  # a full batch in row order needs no gather (a view)
+        if np.array_equal(rows, self._row_order[:len(rows)]):
+            logits = logits[:len(rows)]  # the rows from the first, in order: a view, no gather
+        else:
+            logits = logits[torch.from_numpy(rows).long()]
         return logits.float()
 
     def _prepare(self, out: SchedulerOutput, kvs: list[Any]) -> Any:
         self.execute_swaps(out)
         for seq, _ in out.scheduled:
             self._sync(seq, kvs[seq.request.replica])
-        return self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
+        if out.is_prefill:
+            return self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
+        return self.batch.prepare_decode([seq.key for seq, _ in out.scheduled])
 
     def _prefill_image_text(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
         """The image+text contract: ``images`` instead of encoder inputs (None once a request's vision K/V is in
