@@ -19,6 +19,8 @@ from transformers import (
 )
 
 from tt_models.checkpoints import load_hf_checkpoint, smollm2_135m_instruct_path
+from tt_models.checkpoints.loader import converted_gguf_directory
+from tt_models.tt.model_config import default_profile
 from tt_models import package_data
 
 TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
@@ -119,6 +121,35 @@ def test_missing_smollm2_package_names_the_pip_command(monkeypatch):
 def test_smollm2_gguf_is_located():
     path = smollm2_135m_instruct_path()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 90_000_000
+
+
+@pytest.mark.slow
+def test_gguf_converted_once_loads_as_the_gguf(tmp_path, monkeypatch):
+    """The first load of a GGUF converts it and returns the conversion; the next reads the saved directory:
+    same config, weights (tied as before), tokenizer, and no generation config (the GGUF has none)."""
+    monkeypatch.setenv("TT_MODELS_CACHE", str(tmp_path))
+    file = smollm2_135m_instruct_path()
+    converted = load_hf_checkpoint(file)
+    directory = converted_gguf_directory(file)
+    assert directory.parent == tmp_path / "gguf" and (directory / "config.json").is_file()
+    cached = load_hf_checkpoint(file)
+    assert cached.source == converted.source == file and cached.generation_config is converted.generation_config is None
+    # A saved directory also records the class and the dtype it was saved from (the class is the one the GGUF's
+    # model type maps to); everything else is the GGUF's config.
+    recorded = {"architectures": ["LlamaForCausalLM"], "dtype": "float32"}
+    assert cached.config.to_dict() == {**converted.config.to_dict(), **recorded}
+    assert default_profile(cached.config) == default_profile(converted.config) == "accuracy"
+    assert cached.state_dict.keys() == converted.state_dict.keys()
+    assert all(torch.equal(cached.state_dict[k], converted.state_dict[k]) for k in converted.state_dict)
+    assert cached.state_dict["lm_head.weight"].data_ptr() == cached.state_dict["model.embed_tokens.weight"].data_ptr()
+    chat = [{"role": "user", "content": "What is 12 times 12? Ünïcode, emoji 🙂 and    spaces."}]
+    for tokenizer in (cached.tokenizer, converted.tokenizer):
+        assert tokenizer.apply_chat_template(chat, add_generation_prompt=True) == \
+            converted.tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+    ids = converted.tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+    assert cached.tokenizer.decode(ids) == converted.tokenizer.decode(ids)
+    assert (cached.tokenizer.eos_token_id, cached.tokenizer.bos_token_id, len(cached.tokenizer)) == \
+        (converted.tokenizer.eos_token_id, converted.tokenizer.bos_token_id, len(converted.tokenizer))
 
 
 @pytest.fixture(scope="module")

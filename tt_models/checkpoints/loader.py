@@ -16,11 +16,16 @@ Nothing is downloaded: hub ids resolve only against the local HF cache.
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+import transformers
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from transformers import (
@@ -47,6 +52,8 @@ from tt_models.checkpoints.whisper_ct2 import (
     whisper_base_path,
     whisper_tiny_en_path,
 )
+
+logger = logging.getLogger(__name__)
 
 ALIASES: dict[str, Callable[[], Path]] = {
     "smollm2-135m-instruct": smollm2_135m_instruct_path,
@@ -156,11 +163,49 @@ def _model_class(config: PretrainedConfig) -> type:
 
 
 def _load_gguf(file: Path, dtype: torch.dtype) -> Checkpoint:
-    """Each ``from_pretrained`` re-parses the GGUF header (seconds, for a 49k-token vocabulary)."""
+    """A GGUF is converted to an HF directory once (:func:`converted_gguf_directory`); later loads read that
+    directory, which takes seconds where parsing the GGUF again would take half a minute (each of transformers'
+    ``from_pretrained`` calls re-parses its header, a 49k-token vocabulary for SmolLM2)."""
+    directory = converted_gguf_directory(file)
+    if not directory.is_dir():
+        checkpoint = _convert_gguf(file, directory)
+        if dtype == torch.float32:
+            return checkpoint
+    checkpoint = _load_directory(directory, dtype)
+    checkpoint.config._name_or_path = str(file.parent)  # as the GGUF's own config names it (its default profile)
+    return replace(checkpoint, source=file)
+
+
+def converted_gguf_directory(file: Path) -> Path:
+    """Where the HF conversion of ``file`` is kept: ``$TT_MODELS_CACHE`` (default ``~/.cache/tt-models``)
+    ``/gguf/<name>-<size>-<mtime>-transformers-<version>``; a changed file or converter gets a new one."""
+    root = Path(os.environ.get("TT_MODELS_CACHE") or Path.home() / ".cache" / "tt-models")
+    stat = file.stat()
+    return root / "gguf" / f"{file.stem}-{stat.st_size}-{stat.st_mtime_ns}-transformers-{transformers.__version__}"
+
+
+def _convert_gguf(file: Path, directory: Path) -> Checkpoint:
+    """Dequantize ``file`` to float32 with transformers and save it to ``directory`` (written beside it, then
+    renamed into place, so a concurrent load never sees half of it)."""
+    logger.info("converting %s to an HF directory once, for later loads: %s", file.name, directory)
     kwargs = {"gguf_file": file.name, "local_files_only": True}
     config = AutoConfig.from_pretrained(file.parent, **kwargs)
     weights = AutoModelForCausalLM.from_pretrained(
-        file.parent, config=config, dtype=dtype, quantization_config=GgufConfig(dequantize=True), **kwargs
+        file.parent, config=config, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True), **kwargs
     )
     tokenizer = AutoTokenizer.from_pretrained(file.parent, **kwargs)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.")
+    try:
+        weights.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        # The GGUF has no generation config: its eos comes from the model config, as before the conversion.
+        (Path(tmp) / "generation_config.json").unlink(missing_ok=True)
+        try:
+            os.rename(tmp, directory)
+        except OSError:
+            if not directory.is_dir():  # else another process converted it meanwhile
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing is left there after the rename
     return Checkpoint(config, weights.state_dict(), tokenizer, file)
