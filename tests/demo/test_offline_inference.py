@@ -36,10 +36,12 @@ def test_default_job_transcribes_speech_and_answers_prompts():
         assert re.search(r"TTFT \d+ ms \| [\d.]+ t/s/u \| [\d.]+ t/s", job)
 
 
+# Decoder limits below the models' contexts (Whisper's 448, SmolLM2's 8192) keep the host prefills short: the sweep
+# reaching whatever limit it is given is the point.
 @pytest.mark.parametrize("model, decoder_limit, encoder_limit", [
-    ("whisper-tiny.en", 448, "audio   30 s"),
+    ("whisper-tiny.en", 128, "audio   30 s"),
     ("bart", 128, "encoder prompt   128 tokens"),
-    ("smollm2-135m-instruct", 512, None),
+    ("smollm2-135m-instruct", 128, None),
 ])
 def test_increasing_seq_lens_completes(model, decoder_limit, encoder_limit, tmp_path):
     args = ["--max_tokens", "4", "--greedy_sampling", "--max_model_len", str(decoder_limit)]
