@@ -37,16 +37,19 @@ BATCH = 32  # one 32-row decode tile: the engine's maximum max_num_seqs
 
 
 class NoWorkGenerator:
-    """The contract's methods with nothing behind them: the logits are one float32 buffer whose winning token per
-    row changes every step. It is rewritten in place, so it is warm in the cache as a real model's logits are
-    right after its own output conversion (bf16 device logits to float32, the model's work, timed apart as a
-    peer)."""
+    """The contract's methods with nothing behind them. The logits are one float32 buffer: a fixed random
+    background (a spread like a real model's, so top-k and top-p have real work to do) with each row's winner a
+    clear maximum that changes every step. It is rewritten in place, so it is warm in the cache as a real model's
+    logits are right after its own output conversion (bf16 device logits to float32, the model's work, timed
+    apart as a peer)."""
 
     def __init__(self, vocab_size: int, winners: list[int], latency_s: float = 0.0, cycle: int = 8) -> None:
         self.latency_s = latency_s  # a device's decode time: the output is ready this long after decode_forward
         self.ready_at = 0.0
-        self.logits = torch.zeros(BATCH, 1, vocab_size)
-        # The flat indices of each step's winners, ``cycle`` steps' worth, built once: a step costs two index_fill_.
+        self.background = torch.randn(BATCH * vocab_size, generator=torch.Generator().manual_seed(0)) * 2
+        self.logits = self.background.clone().view(BATCH, 1, vocab_size)
+        self.top = float(self.background.max()) + 4.0
+        # The flat indices of each step's winners, ``cycle`` steps' worth, built once.
         rows = torch.arange(BATCH)
         self.winners = [rows * vocab_size + torch.tensor([winners[(t + row) % len(winners)] for row in range(BATCH)])
                         for t in range(cycle)]
@@ -54,9 +57,10 @@ class NoWorkGenerator:
 
     def _next(self) -> torch.Tensor:
         flat = self.logits.view(-1)
-        flat.index_fill_(0, self.winners[self.calls % len(self.winners)], 0.0)
+        previous = self.winners[self.calls % len(self.winners)]
+        flat[previous] = self.background[previous]
         self.calls += 1
-        flat.index_fill_(0, self.winners[self.calls % len(self.winners)], 1.0)
+        flat.index_fill_(0, self.winners[self.calls % len(self.winners)], self.top)
         return self.logits
 
     def allocate_kv_cache(self, shape: tuple, dtype: torch.dtype, num_layers: int) -> list:

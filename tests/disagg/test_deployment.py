@@ -21,7 +21,8 @@ from tests.server.cases import metric, save_tiny_bart
 from tt_models.audio import speech_sample
 from tt_models.disagg.broker import Broker, Metadata
 
-pytestmark = pytest.mark.slow
+# Several server processes with time bounds on failures: they run alone, after the parallel part of the suite.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 CLIPS = speech_clips()  # the whole call and its 13 segments
 PROMPTS = bart_prompts(64 - len(CLIPS))

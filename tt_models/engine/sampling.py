@@ -291,6 +291,7 @@ class RowState:
     generator: torch.Generator | None = field(init=False, default=None)
     allowed_ids: torch.Tensor | None = field(init=False, default=None)  # the params' lists as index tensors,
     logprob_ids: torch.Tensor | None = field(init=False, default=None)  # built once, not at every step
+    prompt_ids: torch.Tensor | None = field(init=False, default=None)  # the prompt's distinct ids (repetition)
     timestamps: bool = field(init=False, default=False)  # Whisper's timestamp rules apply to this row
     _timestamps_seen: int = field(init=False, default=0)  # outputs scanned by timestamp_history
     _last_timestamp: int | None = field(init=False, default=None)
@@ -304,6 +305,8 @@ class RowState:
             self.allowed_ids = torch.tensor(self.params.allowed_token_ids, dtype=torch.int64)
         if self.params.logprob_token_ids:
             self.logprob_ids = torch.tensor(self.params.logprob_token_ids, dtype=torch.int64)
+        if self.params.repetition_penalty != 1.0:
+            self.prompt_ids = torch.unique(torch.as_tensor(self.prompt_token_ids, dtype=torch.int64))
         self.timestamps = bool((self.params.extra_args or {}).get("timestamps"))
         p = self.params
         self.plain_greedy = (p.greedy and p.num_logprobs is None and self.allowed_ids is None and not p.min_tokens
@@ -419,54 +422,46 @@ def _apply_min_tokens(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
         logits[row_idx, tok_idx] = -math.inf
 
 
-def _token_counts(token_lists: list[Sequence[int]], vocab_size: int) -> torch.Tensor:
-    """``[B, V]`` occurrence counts; padding uses the id ``V``, a bin that is dropped."""
-    width = max((len(t) for t in token_lists), default=0)
-    padded = torch.full((len(token_lists), width), vocab_size, dtype=torch.int64)
-    for i, t in enumerate(token_lists):
-        padded[i, :len(t)] = torch.as_tensor(t, dtype=torch.int64)
-    counts = torch.zeros((len(token_lists), vocab_size + 1), dtype=torch.int64)
-    counts.scatter_add_(1, padded, torch.ones_like(padded))
-    return counts[:, :vocab_size]
-
-
 def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
     """vLLM's ``apply_penalties`` (model_executor/layers/utils.py, torch repetition op in _custom_ops.py):
-    repetition over prompt + output (positive logits divided, others multiplied), then the OpenAI
-    ``logit -= frequency * count + presence * [count > 0]`` over the output only."""
-    p = [r.params for r in rows]
-    if all(x.repetition_penalty == 1.0 and x.frequency_penalty == 0.0 and x.presence_penalty == 0.0 for x in p):
-        return
-    vocab_size = logits.shape[1]
-    prompt_mask = _token_counts([r.prompt_token_ids for r in rows], vocab_size) > 0
-    output_counts = _token_counts([r.output_token_ids for r in rows], vocab_size)
-    output_mask = output_counts > 0
+    repetition over prompt + output (positive logits multiplied by ``1 / penalty``, others by it), then the OpenAI
+    ``logit -= frequency * count`` and ``logit -= presence * [count > 0]`` over the output only. The same float32
+    operations as vLLM's ``[B, V]`` masks, on the ids each penalized row has seen (a few hundred, not the
+    vocabulary)."""
+    for i, r in enumerate(rows):
+        p = r.params
+        if p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0:
+            continue
+        row = logits[i]
+        output_ids, counts = torch.unique(torch.as_tensor(r.output_token_ids, dtype=torch.int64), return_counts=True)
+        if p.repetition_penalty != 1.0:
+            seen = torch.unique(torch.cat([r.prompt_ids, output_ids]))
+            penalty = torch.tensor(p.repetition_penalty, dtype=torch.float32)
+            values = row[seen]
+            row[seen] = values * torch.where(values > 0, 1.0 / penalty, penalty)
+        if len(output_ids):
+            values = row[output_ids] - torch.tensor(p.frequency_penalty, dtype=torch.float32) * counts
+            row[output_ids] = values - torch.tensor(p.presence_penalty, dtype=torch.float32)
 
-    repetition = torch.tensor([x.repetition_penalty for x in p], dtype=torch.float32)[:, None]
-    penalties = torch.where(prompt_mask | output_mask, repetition, 1.0)
-    logits *= torch.where(logits > 0, 1.0 / penalties, penalties)
-    logits -= torch.tensor([x.frequency_penalty for x in p], dtype=torch.float32)[:, None] * output_counts
-    logits -= torch.tensor([x.presence_penalty for x in p], dtype=torch.float32)[:, None] * output_mask
 
-
-def _apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None) -> torch.Tensor:
-    """vLLM's ``apply_top_k_top_p_pytorch``: on the ascending sort, top-k keeps logits >= the k-th largest
-    (ties kept), top-p drops the low tail whose cumulative probability is <= 1 - p (the top token stays)."""
+def _apply_top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """vLLM's top-p (``apply_top_k_top_p_pytorch``): on the ascending sort, the low tail whose cumulative
+    probability is <= 1 - p is dropped (the top token stays)."""
     logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
-    if k is not None:
-        kth = logits_sort.gather(1, (logits_sort.shape[1] - k)[:, None])
-        logits_sort.masked_fill_(logits_sort < kth, -math.inf)
-    if p is not None:
-        cumulative = logits_sort.softmax(dim=-1).cumsum(dim=-1)
-        mask = cumulative <= 1 - p[:, None]
-        mask[:, -1] = False
-        logits_sort.masked_fill_(mask, -math.inf)
+    cumulative = logits_sort.softmax(dim=-1).cumsum(dim=-1)
+    mask = cumulative <= 1 - p[:, None]
+    mask[:, -1] = False
+    logits_sort.masked_fill_(mask, -math.inf)
     return logits.scatter(1, logits_idx, logits_sort)
 
 
 def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
-    """Temperature, min_p (vLLM's argmax-invariant processor), top-k/top-p, then vLLM's ``random_sample``:
-    ``argmax(probs / q)`` with ``q ~ Exp(1)``, a seeded row drawing its ``q`` from its own generator."""
+    """Temperature, min_p (vLLM's argmax-invariant processor), top-k/top-p, then a draw from what is left. A row
+    with top-k works on its ``k`` candidates (every logit tied with the k-th too, as vLLM keeps them), not the
+    sorted vocabulary; the others sort theirs for top-p. The draw inverts the row's cumulative distribution at one
+    uniform: the distribution of vLLM's exponential race, at one random number per row instead of one per
+    vocabulary entry. A seeded row draws from its own generator, so its tokens depend on its seed alone, not on
+    the batch."""
     params = [r.params for r in rows]
     vocab_size = logits.shape[1]
     logits = logits / torch.tensor([x.temperature for x in params], dtype=torch.float32)[:, None]
@@ -476,20 +471,42 @@ def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tens
         threshold = probs.amax(dim=-1, keepdim=True) * torch.tensor([x.min_p for x in params])[:, None]
         logits = logits.masked_fill(probs < threshold, -math.inf)
 
-    top_k = [x.top_k if 0 < x.top_k < vocab_size else vocab_size for x in params]
-    k = torch.tensor(top_k) if any(t < vocab_size for t in top_k) else None
-    p = torch.tensor([x.top_p for x in params], dtype=torch.float32) if any(x.top_p < 1 for x in params) else None
-    if k is not None or p is not None:
-        logits = _apply_top_k_top_p(logits, k, p)
+    tokens = torch.empty(len(rows), dtype=torch.int64)
+    whole = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size]
+    for i in (i for i, x in enumerate(params) if 0 < x.top_k < vocab_size):
+        values, ids = _top_k(logits[i], params[i].top_k)
+        if params[i].top_p < 1:
+            values = _apply_top_p(values[None], torch.tensor([params[i].top_p]))[0]
+        uniform = torch.rand(1, 1, generator=rows[i].generator)
+        tokens[i] = ids[_invert(values.softmax(dim=-1).cumsum(dim=-1)[None], uniform)[0]]
+    if whole:
+        top_p = torch.tensor([params[i].top_p for i in whole], dtype=torch.float32)
+        kept = logits[whole]
+        if (top_p < 1).any():
+            kept = _apply_top_p(kept, top_p)
+        cdf = kept.softmax(dim=-1).cumsum(dim=-1)
+        unseeded = [j for j, i in enumerate(whole) if rows[i].generator is None]
+        if unseeded:
+            tokens[[whole[j] for j in unseeded]] = _invert(cdf[unseeded], torch.rand(len(unseeded), 1))
+        for j, i in enumerate(whole):
+            if rows[i].generator is not None:
+                tokens[i] = _invert(cdf[j:j + 1], torch.rand(1, 1, generator=rows[i].generator))[0]
+    return tokens
 
-    probs = logits.softmax(dim=-1)
-    q = torch.empty_like(probs)
-    if any(r.generator is None for r in rows):
-        q.exponential_()
-    for i, r in enumerate(rows):
-        if r.generator is not None:
-            q[i].exponential_(generator=r.generator)
-    return probs.div_(q).argmax(dim=-1)
+
+def _top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row's logits >= its k-th largest (ties kept, as vLLM's top-k mask keeps them), largest first, with ids."""
+    values, ids = logits.topk(k)
+    ties = int((logits >= values[-1]).sum())
+    return logits.topk(ties) if ties > k else (values, ids)
+
+
+def _invert(cdf: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Each row's draw by inverting its cumulative distribution ``[n, V]`` at ``uniform [n, 1]`` in [0, 1): the first
+    entry whose cumulative probability exceeds it (entries of zero probability add no width, so they are never
+    drawn)."""
+    index = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)[:, 0]
+    return index.clamp_(max=cdf.shape[1] - 1)
 
 
 def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
