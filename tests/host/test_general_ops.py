@@ -290,13 +290,22 @@ def test_linear(m, k, n, dtype_w, rank4, activation, seed):
 
 def test_linear_program_config_fused_activation():
     x, w = tt(randn((1, 1, 32, 64), 13)), tt(randn((64, 96), 14) / 8)
-    kwargs = dict(in0_block_w=2, per_core_M=1, per_core_N=1)
+    kwargs = dict(in0_block_w=1, per_core_M=1, per_core_N=2)
     config = host.MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig(**kwargs,
                                                                           fused_activation=host.UnaryOpType.SILU)
     real_config = real.MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig(**kwargs,
                                                                              fused_activation=real.UnaryOpType.SILU)
     expected = golden("linear")(held(x), held(w), program_config=real_config)
-    assert_matches(host.linear(x, w, program_config=config), expected, BF16)
+    # The DRAM-sharded program's layouts: the activation width-sharded in L1 (2 cores), the weight over the DRAM banks.
+    x_sharded = host.to_memory_config(x, host.create_sharded_memory_config(
+        (32, 32), host.CoreGrid(x=2, y=1), host.ShardStrategy.WIDTH, use_height_and_width_as_shard_shape=True))
+    banks = host.CoreRangeSet([host.CoreRange(host.CoreCoord(0, 0), host.CoreCoord(11, 0))])
+    w_sharded = host.to_memory_config(w, host.MemoryConfig(
+        host.TensorMemoryLayout.WIDTH_SHARDED, host.BufferType.DRAM,
+        host.ShardSpec(banks, (64, 32), host.ShardOrientation.ROW_MAJOR)))
+    out = host.linear(x_sharded, w_sharded, program_config=config, memory_config=host.L1_WIDTH_SHARDED_MEMORY_CONFIG)
+    assert_matches(out, expected, BF16)
+    assert out.memory_config().shard_spec.shape == [32, 64]  # the activation's 2 cores, per_core_N tiles each
     grid = host.CoreCoord(8, 8)
     for cfg in (host.MatmulMultiCoreReuseProgramConfig(compute_with_storage_grid_size=grid, in0_block_w=2,
                                                        out_subblock_h=1, out_subblock_w=1, per_core_M=1,

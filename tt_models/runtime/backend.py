@@ -11,7 +11,7 @@ from typing import Any, Iterator
 BACKEND_ENV = "TT_MODELS_BACKEND"
 BACKENDS = ("ttnn", "mock", "host")
 # Mock boards and the meshes they open as.
-MOCK_BOARDS = {"n150": (1, 1), "n300": (1, 2)}
+MOCK_BOARDS = {"n150": (1, 1), "n300": (1, 2), "p150": (1, 1)}
 
 # Open devices, most recent last: (device, backend name, API module).
 _open: list[tuple[Any, str, ModuleType]] = []
@@ -69,8 +69,8 @@ def open_device(backend: str | None = None, *, mesh_shape: tuple[int, int] = (1,
                 **device_kwargs: Any) -> Any:
     """Open a device (always a mesh device, 1x1 for one chip) and make its backend the active ttnn API.
 
-    ``backend``: ``"ttnn"`` (a real TT device or mesh), ``"mock"`` (the real ttnn on a mock cluster:
-    ``board`` ``"n150"``, or ``"n300"`` as a 1x2 mesh) or ``"host"``; ``None`` picks :func:`default_backend`.
+    ``backend``: ``"ttnn"`` (a real TT device or mesh), ``"mock"`` (the real ttnn on a mock cluster: ``board``
+    ``"n150"`` or ``"p150"``, or ``"n300"`` as a 1x2 mesh) or ``"host"``; ``None`` picks :func:`default_backend`.
     ``device_kwargs`` go to ``open_mesh_device`` (``l1_small_size``, ``trace_region_size``, ...).
     """
     backend = backend or default_backend()

@@ -7,7 +7,8 @@ Prefill writes K/V with ``paged_fill_cache`` and attends either its own fresh K/
 paged cache through ``chunked_scaled_dot_product_attention`` (a later chunk, a cached prefix). Decode
 writes one token per user with ``paged_update_cache`` and attends with
 ``paged_scaled_dot_product_attention_decode``; users whose position is ``-1`` are neither written nor
-attended. The call sequence follows tt_transformers' ``attention.py``.
+attended. The call sequence follows tt_transformers' ``attention.py``, decode's QKV and output matmuls on its
+DRAM-sharded layouts when the block's :class:`DecodeConfigs` are sharded.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
+from tt_models.tt.decode_configs import DecodeConfigs, user_cores
+from tt_models.tt.linear import Linear
 from tt_models.tt.rope import hf_to_meta_rows
-from tt_models.tt.weights import as_bias, as_linear_weight
 
 TILE = 32
 
@@ -41,8 +43,8 @@ def fused_qkv(state: dict[str, torch.Tensor], prefix: str, n_heads: int, n_kv_he
 
 
 class Attention:
-    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any, *,
-                 rotary: bool = True, out_proj: str = "o_proj") -> None:
+    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
+                 decode: DecodeConfigs, *, rotary: bool = True, out_proj: str = "o_proj") -> None:
         """``args``: ``n_heads``, ``n_kv_heads``, ``head_dim``, ``sliding_window``, ``decode_rows``."""
         self.args = args
         self.device = device
@@ -50,16 +52,13 @@ class Attention:
         # float32-exact: ttnn's chunked SDPA binding rejects a Python float that float32 cannot hold.
         self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
         wqkv, bqkv = fused_qkv(state, prefix, args.n_heads, args.n_kv_heads, rotary)
-        self.wqkv = as_linear_weight(wqkv, device, weight_dtype)
-        self.bqkv = None if bqkv is None else as_bias(bqkv, device)
-        self.wo = as_linear_weight(state[f"{prefix}{out_proj}.weight"], device, weight_dtype)
-        out_bias = state.get(f"{prefix}{out_proj}.bias")
-        self.bo = None if out_bias is None else as_bias(out_bias, device)
-        grid = device.compute_with_storage_grid_size()
-        batch_cores = ttnn.num_cores_to_corerangeset(args.decode_rows, grid, row_wise=True)
+        self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, layout=decode.qkv)
+        self.wo = Linear(state[f"{prefix}{out_proj}.weight"], device, weight_dtype,
+                         bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo)
+        # Each user's heads (padded to a tile of rows) on its own core, the cores of the rotary cos/sin.
         self.decode_heads_memory_config = ttnn.create_sharded_memory_config(
-            (TILE, args.head_dim), batch_cores, ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
-            use_height_and_width_as_shard_shape=True)
+            (TILE, args.head_dim), user_cores(device, args.decode_rows), ttnn.ShardStrategy.HEIGHT,
+            ttnn.ShardOrientation.ROW_MAJOR, use_height_and_width_as_shard_shape=True)
 
     def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], page_table: Any, fill_page_table: Any,
                         chunk_start: int, rot: tuple[Any, Any] | None = None, trans_mat: Any = None) -> Any:
@@ -70,7 +69,7 @@ class Attention:
         """
         args = self.args
         k_cache, v_cache = kv_cache
-        xqkv = ttnn.linear(x, self.wqkv, bias=self.bqkv)
+        xqkv = self.wqkv.forward(x)
         q, k, v = ttnn.experimental.nlp_create_qkv_heads(
             xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads, transpose_k_heads=False)
         ttnn.deallocate(xqkv)
@@ -92,17 +91,19 @@ class Attention:
             ttnn.deallocate(t)
         out = ttnn.experimental.nlp_concat_heads(attn)
         ttnn.deallocate(attn)
-        return ttnn.linear(out, self.wo, bias=self.bo)
+        return self.wo.forward(out)
 
     def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], page_table: Any, current_pos: Any,
                        rot: tuple[Any, Any] | None = None, trans_mat: Any = None) -> Any:
-        """One token per user: ``x [1, 1, 32, dim]``, ``current_pos`` int32 ``[32]`` (``-1``: padding row)."""
+        """One token per user: ``x [1, 1, 32, dim]``, ``current_pos`` int32 ``[32]`` (``-1``: padding row). The
+        output is L1 width-sharded with sharded decode layouts."""
         args = self.args
         k_cache, v_cache = kv_cache
-        xqkv = ttnn.linear(x, self.wqkv, bias=self.bqkv, memory_config=ttnn.L1_MEMORY_CONFIG)
+        xqkv = self.wqkv.forward_decode(x, memory_config=ttnn.L1_MEMORY_CONFIG)
+        if xqkv.is_sharded():  # the head split reads an interleaved bfloat16 row block
+            xqkv = ttnn.sharded_to_interleaved(xqkv, ttnn.L1_MEMORY_CONFIG)
         q, k, v = ttnn.experimental.nlp_create_qkv_heads_decode(
-            xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads,
-            memory_config=ttnn.L1_HEIGHT_SHARDED_MEMORY_CONFIG)
+            xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads, memory_config=self.decode_heads_memory_config)
         ttnn.deallocate(xqkv)
         if self.rotary:
             q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=True)
@@ -116,7 +117,9 @@ class Attention:
             ttnn.deallocate(t)
         attn_sharded = ttnn.interleaved_to_sharded(attn, self.decode_heads_memory_config)
         ttnn.deallocate(attn)
+        # One head per core, width-sharded: the layout the DRAM-sharded output matmul reads (ATTN_OUTPUT_PROGCFG).
         out = ttnn.experimental.nlp_concat_heads_decode(attn_sharded, num_heads=args.n_heads)
         ttnn.deallocate(attn_sharded)
-        out = ttnn.sharded_to_interleaved(out, ttnn.L1_MEMORY_CONFIG)
-        return ttnn.linear(out, self.wo, bias=self.bo)
+        if self.wo.layout is None:
+            out = ttnn.sharded_to_interleaved(out, ttnn.L1_MEMORY_CONFIG)
+        return self.wo.forward_decode(out)

@@ -8,6 +8,9 @@ the self-attention KV. Every read, at prefill and at decode, goes through
 rows whose position is ``-1`` (decode padding). Prefill queries are handed to it as rows of at most
 32 "users" sharing one cross table row. A row may attend a prefix of the encoder positions instead
 (``cur_pos`` = its last visible position): Mllama's text rows see only their image's real tiles.
+
+Decode's query and output projections use the decoder's DRAM-sharded layouts when it has them; the K/V
+projection runs only on encoder states (prefill) and stays interleaved.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
+from tt_models.tt.decode_configs import DecodeConfigs
+from tt_models.tt.linear import Linear
 from tt_models.tt.norm import RMSNorm
-from tt_models.tt.weights import as_bias, as_int_tensor, as_linear_weight
+from tt_models.tt.weights import as_int_tensor
 
 ROWS = 32  # query rows per decode-SDPA call
 
@@ -31,29 +36,25 @@ def cross_inputs(tables: torch.Tensor, positions: torch.Tensor, device: Any) -> 
             [as_int_tensor(positions[g: g + ROWS], device) for g in groups])
 
 
-def _optional_bias(state: dict[str, torch.Tensor], name: str, device: Any) -> Any:
-    return None if name not in state else as_bias(state[name], device)
-
-
 class CrossAttention:
     """``args``: ``n_heads``, ``n_kv_heads`` (GQA), ``head_dim``. Biases are used where the checkpoint has them;
     ``qk_norm_eps`` adds the per-head RMSNorms of Q and K (``q_norm`` / ``k_norm``, Mllama)."""
 
-    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any, *,
-                 out_proj: str = "out_proj", qk_norm_eps: float | None = None) -> None:
+    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
+                 decode: DecodeConfigs, *, out_proj: str = "out_proj", qk_norm_eps: float | None = None) -> None:
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
         self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
-        self.wq = as_linear_weight(state[f"{prefix}q_proj.weight"], device, weight_dtype)
-        self.bq = _optional_bias(state, f"{prefix}q_proj.bias", device)
+        self.wq = Linear(state[f"{prefix}q_proj.weight"], device, weight_dtype, bias=state.get(f"{prefix}q_proj.bias"),
+                         layout=decode.q)
         wk, wv = state[f"{prefix}k_proj.weight"], state[f"{prefix}v_proj.weight"]
-        self.wkv = as_linear_weight(torch.cat([wk, wv]), device, weight_dtype)
         bk, bv = state.get(f"{prefix}k_proj.bias"), state.get(f"{prefix}v_proj.bias")
-        self.bkv = None
+        bkv = None
         if bk is not None or bv is not None:  # Whisper's k_proj has no bias, its v_proj has one
             zeros = torch.zeros(wk.shape[0])
-            self.bkv = as_bias(torch.cat([zeros if bk is None else bk, zeros if bv is None else bv]), device)
-        self.wo = as_linear_weight(state[f"{prefix}{out_proj}.weight"], device, weight_dtype)
-        self.bo = _optional_bias(state, f"{prefix}{out_proj}.bias", device)
+            bkv = torch.cat([zeros if bk is None else bk, zeros if bv is None else bv])
+        self.wkv = Linear(torch.cat([wk, wv]), device, weight_dtype, bias=bkv)
+        self.wo = Linear(state[f"{prefix}{out_proj}.weight"], device, weight_dtype,
+                         bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo)
         self.q_norm = self.k_norm = None
         if qk_norm_eps is not None:
             self.q_norm = RMSNorm(state[f"{prefix}q_norm.weight"], qk_norm_eps, device)
@@ -64,7 +65,7 @@ class CrossAttention:
         (``cross_page_table [1, ceil(S_enc / bs)]``)."""
         k_cache, v_cache = kv_cache
         length, heads, dim = encoder_states.shape[2], self.n_kv_heads, self.head_dim
-        kv = ttnn.linear(encoder_states, self.wkv, bias=self.bkv)
+        kv = self.wkv.forward(encoder_states)
         kv = ttnn.permute(ttnn.reshape(kv, (1, length, 2 * heads, dim)), (0, 2, 1, 3))
         for cache, first in ((k_cache, 0), (v_cache, heads)):
             part = ttnn.slice(kv, (0, first, 0, 0), (1, first + heads, length, dim))
@@ -81,8 +82,19 @@ class CrossAttention:
     def forward(self, x: Any, kv_cache: tuple[Any, Any], cross_page_tables: list[Any],
                 cross_positions: list[Any]) -> Any:
         """``x [1, 1, R, dim]``; per group of 32 rows, the cross table rows and ``encoder_len - 1`` (or -1)."""
-        rows, heads, dim = x.shape[2], self.n_heads, self.head_dim
-        q = ttnn.linear(x, self.wq, bias=self.bq)
+        return self.wo.forward(self._attend(self.wq.forward(x), kv_cache, cross_page_tables, cross_positions))
+
+    def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], cross_page_table: Any, cross_position: Any) -> Any:
+        """One tile of users (L1 width-sharded out with sharded layouts)."""
+        q = self.wq.forward_decode(x)
+        if q.is_sharded():
+            q = ttnn.sharded_to_interleaved(q, ttnn.DRAM_MEMORY_CONFIG)
+        return self.wo.forward_decode(self._attend(q, kv_cache, [cross_page_table], [cross_position]))
+
+    def _attend(self, q: Any, kv_cache: tuple[Any, Any], cross_page_tables: list[Any],
+                cross_positions: list[Any]) -> Any:
+        """Queries ``[1, 1, R, heads * dim]`` -> attention output in the same shape."""
+        rows, heads, dim = q.shape[2], self.n_heads, self.head_dim
         outputs = []
         for group, (table, positions) in enumerate(zip(cross_page_tables, cross_positions)):
             start, end = group * ROWS, min(rows, (group + 1) * ROWS)
@@ -94,5 +106,4 @@ class CrossAttention:
                 q_rows, kv_cache[0], kv_cache[1], page_table_tensor=table, cur_pos_tensor=positions,
                 scale=self.scale, memory_config=ttnn.DRAM_MEMORY_CONFIG)
             outputs.append(ttnn.reshape(attn, (1, 1, end - start, heads * dim)))
-        out = outputs[0] if len(outputs) == 1 else ttnn.concat(outputs, dim=2)
-        return ttnn.linear(out, self.wo, bias=self.bo)
+        return outputs[0] if len(outputs) == 1 else ttnn.concat(outputs, dim=2)

@@ -1,4 +1,9 @@
-"""A pre-norm decoder block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))``."""
+"""A pre-norm decoder block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))``.
+
+In decode the residual stream stays in ``decode.residual`` (L1 width-sharded when sharded, as tt_transformers'
+``DECODE_RESIDUAL_MEMCFG``): each norm reshards it onto the grid of the matmul it feeds and each sublayer's output
+comes back to it before the add.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import torch
 
 from tt_models.runtime import ttnn
 from tt_models.tt.attention import Attention
+from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
@@ -15,16 +21,20 @@ from tt_models.tt.norm import RMSNorm
 
 class TransformerBlock:
     def __init__(self, args: DecoderArgs, state: dict[str, torch.Tensor], layer: int, device: Any,
-                 precision: Precision, layers_prefix: str = "model.layers.") -> None:
+                 precision: Precision, decode: DecodeConfigs, layers_prefix: str = "model.layers.") -> None:
         prefix = f"{layers_prefix}{layer}."
+        self.decode = decode
         self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
-        self.attention = Attention(args, state, f"{prefix}self_attn.", device, precision.attention_weights)
+        self.attention = Attention(args, state, f"{prefix}self_attn.", device, precision.attention_weights, decode)
         self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
-        self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights)
+        self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, decode)
 
-    def _residual(self, x: Any, attn_out: Any) -> Any:
-        h = ttnn.add(x, attn_out)
-        ttnn.deallocate(attn_out)
+    def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:
+        normed = self.attention_norm.forward(x)
+        attn = self.attention.forward_prefill(normed, kv_cache=kv_cache, **attention_kwargs)
+        ttnn.deallocate(normed)
+        h = ttnn.add(x, attn)
+        ttnn.deallocate(attn)
         normed = self.ffn_norm.forward(h)
         ff = self.feed_forward.forward(normed)
         ttnn.deallocate(normed)
@@ -33,14 +43,18 @@ class TransformerBlock:
         ttnn.deallocate(ff)
         return out
 
-    def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:
-        normed = self.attention_norm.forward(x)
-        attn = self.attention.forward_prefill(normed, kv_cache=kv_cache, **attention_kwargs)
-        ttnn.deallocate(normed)
-        return self._residual(x, attn)
-
     def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:
-        normed = self.attention_norm.forward(x)
-        attn = self.attention.forward_decode(normed, kv_cache=kv_cache, **attention_kwargs)
+        """``x``: the residual in ``decode.residual``; returns the next one there."""
+        residual = self.decode.residual
+        normed = self.attention_norm.forward(x, self.decode.attention_norm)
+        attn = reshard(self.attention.forward_decode(normed, kv_cache=kv_cache, **attention_kwargs), residual)
         ttnn.deallocate(normed)
-        return self._residual(x, attn)
+        h = ttnn.add(x, attn, memory_config=residual)
+        ttnn.deallocate(attn)
+        normed = self.ffn_norm.forward(h, self.decode.mlp_norm)
+        ff = reshard(self.feed_forward.forward_decode(normed), residual)
+        ttnn.deallocate(normed)
+        out = ttnn.add(h, ff, memory_config=residual)
+        ttnn.deallocate(h)
+        ttnn.deallocate(ff)
+        return out

@@ -1,4 +1,9 @@
-"""Final projection to vocabulary logits."""
+"""Final projection to vocabulary logits, of one tile of rows (decode users, or the tile of a prefill's last token).
+
+With sharded decode layouts the weight is split by output columns into as many DRAM-sharded matmuls as L1 holds
+(tt_transformers' LM head), each reading the input width-sharded over the LM head grid; their outputs are
+concatenated into one DRAM row block of float32 logits, as the interleaved head produces.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,37 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
+from tt_models.tt.decode_configs import DecodeConfigs, reshard
+from tt_models.tt.linear import Linear
 from tt_models.tt.paged_inputs import TILE, PrefillChunk
-from tt_models.tt.weights import as_bias, as_linear_weight, to_host
+from tt_models.tt.weights import to_host
 
 
 class LMHead:
-    def __init__(self, weight: torch.Tensor, device: Any, weight_dtype: Any, bias: torch.Tensor | None = None) -> None:
-        self.weight = as_linear_weight(weight, device, weight_dtype)
-        self.bias = None if bias is None else as_bias(bias, device)
+    def __init__(self, weight: torch.Tensor, device: Any, weight_dtype: Any, decode: DecodeConfigs,
+                 bias: torch.Tensor | None = None) -> None:
+        """``weight``: ``[vocab, dim]``."""
+        self.splits = [Linear(weight[start:end], device, weight_dtype,
+                              bias=None if bias is None else bias[start:end], layout=layout)
+                       for start, end, layout in decode.lm_head_splits(weight.shape[0], weight_dtype, ttnn.float32)]
 
     def forward(self, x: Any) -> Any:
-        return ttnn.linear(x, self.weight, bias=self.bias, dtype=ttnn.float32)
+        """``x [1, 1, 32, dim]`` -> float32 logits ``[1, 1, 32, vocab]`` in DRAM."""
+        if self.splits[0].input_memory_config is not None:  # once for every split
+            x = reshard(x, self.splits[0].input_memory_config)
+        parts = []
+        for split in self.splits:
+            part = split.forward_decode(x, dtype=ttnn.float32)
+            if part.is_sharded():  # free each split's L1 output before the next one's
+                sharded, part = part, ttnn.sharded_to_interleaved(part, ttnn.DRAM_MEMORY_CONFIG)
+                ttnn.deallocate(sharded)
+            parts.append(part)
+        if len(parts) == 1:
+            return parts[0]
+        logits = ttnn.concat(parts, dim=-1, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+        for part in parts:
+            ttnn.deallocate(part)
+        return logits
 
 
 def last_token_logits(x: Any, chunk: PrefillChunk, norm: Any | None, lm_head: LMHead, device: Any,

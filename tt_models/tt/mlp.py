@@ -1,4 +1,8 @@
-"""Gated feed-forward (SwiGLU: ``w2(silu(w1 x) * w3 x)``) of the Llama family."""
+"""Feed-forward blocks: the gated SwiGLU of the Llama family and the ``fc2(act(fc1 x))`` of Whisper and BART.
+
+``forward`` takes interleaved rows (prefill, encoders); ``forward_decode`` one tile of users on the decode
+layouts the block was built with (:class:`DecodeConfigs`): L1 width-sharded in and out when they are sharded.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +11,57 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
-from tt_models.tt.weights import as_bias, as_linear_weight
+from tt_models.tt.decode_configs import DecodeConfigs
+from tt_models.tt.linear import Linear
 
 
 class MLP:
-    def __init__(self, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any) -> None:
-        self.w1 = as_linear_weight(state[f"{prefix}gate_proj.weight"], device, weight_dtype)
-        self.w3 = as_linear_weight(state[f"{prefix}up_proj.weight"], device, weight_dtype)
-        self.w2 = as_linear_weight(state[f"{prefix}down_proj.weight"], device, weight_dtype)
+    """``w2(silu(w1 x) * w3 x)``."""
 
-    def forward(self, x: Any, memory_config: Any = None) -> Any:
-        gate = ttnn.linear(x, self.w1, activation="silu", memory_config=memory_config)
-        up = ttnn.linear(x, self.w3, memory_config=memory_config)
-        hidden = ttnn.multiply(gate, up, memory_config=memory_config)
+    def __init__(self, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
+                 decode: DecodeConfigs) -> None:
+        self.w1 = Linear(state[f"{prefix}gate_proj.weight"], device, weight_dtype, activation="silu",
+                         layout=decode.mlp_in)
+        self.w3 = Linear(state[f"{prefix}up_proj.weight"], device, weight_dtype, layout=decode.mlp_in)
+        self.w2 = Linear(state[f"{prefix}down_proj.weight"], device, weight_dtype, layout=decode.mlp_out)
+
+    def forward(self, x: Any) -> Any:
+        return self._forward(x, decode=False)
+
+    def forward_decode(self, x: Any) -> Any:
+        return self._forward(x, decode=True)
+
+    def _forward(self, x: Any, decode: bool) -> Any:
+        gate = self.w1.forward_decode(x) if decode else self.w1.forward(x)
+        up = self.w3.forward_decode(x) if decode else self.w3.forward(x)
+        hidden = ttnn.multiply(gate, up, memory_config=gate.memory_config())
         ttnn.deallocate(gate)
         ttnn.deallocate(up)
-        out = ttnn.linear(hidden, self.w2, memory_config=memory_config)
+        out = self.w2.forward_decode(hidden) if decode else self.w2.forward(hidden)
         ttnn.deallocate(hidden)
         return out
 
 
 class FeedForward:
-    """``fc2(act(fc1 x))`` with biases (Whisper, BART)."""
+    """``fc2(act(fc1 x))`` with biases (Whisper, BART, Mllama's vision encoder)."""
 
     def __init__(self, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
-                 activation: str) -> None:
-        self.fc1 = as_linear_weight(state[f"{prefix}fc1.weight"], device, weight_dtype)
-        self.b1 = as_bias(state[f"{prefix}fc1.bias"], device)
-        self.fc2 = as_linear_weight(state[f"{prefix}fc2.weight"], device, weight_dtype)
-        self.b2 = as_bias(state[f"{prefix}fc2.bias"], device)
-        self.activation = activation
+                 activation: str, decode: DecodeConfigs | None = None) -> None:
+        """``decode``: the decoder's layouts (None in encoders, which never decode)."""
+        decode = decode or DecodeConfigs.interleaved()
+        self.fc1 = Linear(state[f"{prefix}fc1.weight"], device, weight_dtype, bias=state[f"{prefix}fc1.bias"],
+                          activation=activation, layout=decode.mlp_in)
+        self.fc2 = Linear(state[f"{prefix}fc2.weight"], device, weight_dtype, bias=state[f"{prefix}fc2.bias"],
+                          layout=decode.mlp_out)
 
     def forward(self, x: Any) -> Any:
-        hidden = ttnn.linear(x, self.fc1, bias=self.b1, activation=self.activation)
-        out = ttnn.linear(hidden, self.fc2, bias=self.b2)
+        hidden = self.fc1.forward(x)
+        out = self.fc2.forward(hidden)
+        ttnn.deallocate(hidden)
+        return out
+
+    def forward_decode(self, x: Any) -> Any:
+        hidden = self.fc1.forward_decode(x)
+        out = self.fc2.forward_decode(hidden)
         ttnn.deallocate(hidden)
         return out

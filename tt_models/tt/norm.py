@@ -1,4 +1,8 @@
-"""RMSNorm and LayerNorm with their weights laid out as TT-NN's norm kernels read them."""
+"""RMSNorm and LayerNorm with their weights laid out as TT-NN's norm kernels read them.
+
+Given a :class:`ShardedNorm` (decode), a norm runs width-sharded in L1 with its sharded program config, its input
+moved to that layout first, as tt_transformers' decode norms run.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 import torch
 
 from tt_models.runtime import ttnn
+from tt_models.tt.decode_configs import ShardedNorm, reshard
 from tt_models.tt.weights import as_tensor
 
 TILE = 32
@@ -22,8 +27,11 @@ class RMSNorm:
         self.weight = _row_major_weight(weight, device)
         self.eps = eps  # always explicit: ttnn's default epsilon is 1e-12
 
-    def forward(self, x: Any, memory_config: Any = None) -> Any:
-        return ttnn.rms_norm(x, epsilon=self.eps, weight=self.weight, memory_config=memory_config)
+    def forward(self, x: Any, sharded: ShardedNorm | None = None) -> Any:
+        if sharded is None:
+            return ttnn.rms_norm(x, epsilon=self.eps, weight=self.weight)
+        return ttnn.rms_norm(reshard(x, sharded.memory_config), epsilon=self.eps, weight=self.weight,
+                             program_config=sharded.program_config, memory_config=sharded.memory_config)
 
 
 class LayerNorm:
@@ -32,5 +40,9 @@ class LayerNorm:
         self.bias = _row_major_weight(bias, device)
         self.eps = eps
 
-    def forward(self, x: Any, memory_config: Any = None) -> Any:
-        return ttnn.layer_norm(x, epsilon=self.eps, weight=self.weight, bias=self.bias, memory_config=memory_config)
+    def forward(self, x: Any, sharded: ShardedNorm | None = None) -> Any:
+        if sharded is None:
+            return ttnn.layer_norm(x, epsilon=self.eps, weight=self.weight, bias=self.bias)
+        return ttnn.layer_norm(reshard(x, sharded.memory_config), epsilon=self.eps, weight=self.weight,
+                               bias=self.bias, program_config=sharded.program_config,
+                               memory_config=sharded.memory_config)

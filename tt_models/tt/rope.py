@@ -14,6 +14,7 @@ import torch
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from tt_models.runtime import ttnn
+from tt_models.tt.decode_configs import user_cores
 from tt_models.tt.decode_inputs import HostInputs, host_tensor
 from tt_models.tt.weights import as_tensor
 
@@ -46,8 +47,7 @@ class RotarySetup:
         self.head_dim = head_dim
         self.device = device
         self.trans_mat_prefill = as_tensor(transformation_matrix()[None, None], device)
-        grid = device.compute_with_storage_grid_size()
-        self.batch_cores = ttnn.num_cores_to_corerangeset(decode_rows, grid, row_wise=True)
+        self.batch_cores = user_cores(device, decode_rows)
         self.decode_memory_config = ttnn.create_sharded_memory_config(
             (TILE, head_dim), self.batch_cores, ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
             use_height_and_width_as_shard_shape=True)

@@ -13,6 +13,7 @@ import torch
 
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import cross_inputs
+from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.decode_inputs import HostInputs, host_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -30,6 +31,7 @@ class Seq2SeqArgs:
     head_dim: int
     encoder_layers: int
     decoder_layers: int
+    ffn_dim: int
     vocab_size: int
     eps: float
     pre_norm: bool
@@ -64,6 +66,7 @@ class Seq2SeqArgs:
             head_dim=head_dim,
             encoder_layers=hf_config.encoder_layers,
             decoder_layers=hf_config.decoder_layers,
+            ffn_dim=hf_config.decoder_ffn_dim,
             vocab_size=hf_config.vocab_size,
             eps=1e-5,  # HF's nn.LayerNorm default, used by Whisper, BART and MBart
             pre_norm=hf_config.model_type in ("whisper", "mbart"),
@@ -81,16 +84,19 @@ class Seq2SeqDecoder:
                  lm_head: torch.Tensor, lm_head_bias: torch.Tensor | None = None) -> None:
         prefix = "model.decoder."
         self.args, self.device = args, device
+        self.decode = decode = DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.ffn_dim,
+                                                     n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
+                                                     head_dim=args.head_dim)
         self.embed_tokens = Embedding(state[f"{prefix}embed_tokens.weight"], device)
         self.embed_positions = Embedding(state[f"{prefix}embed_positions.weight"], device)
         self.embedding_norm = (LayerNorm(state[f"{prefix}layernorm_embedding.weight"],
                                          state[f"{prefix}layernorm_embedding.bias"], args.eps, device)
                                if f"{prefix}layernorm_embedding.weight" in state else None)
-        self.layers = [CrossDecoderLayer(args, state, f"{prefix}layers.{i}.", device, precision)
+        self.layers = [CrossDecoderLayer(args, state, f"{prefix}layers.{i}.", device, precision, decode)
                        for i in range(args.decoder_layers)]
         self.final_norm = (LayerNorm(state[f"{prefix}layer_norm.weight"], state[f"{prefix}layer_norm.bias"], args.eps,
                                      device) if f"{prefix}layer_norm.weight" in state else None)
-        self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, lm_head_bias)
+        self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, decode, lm_head_bias)
 
     def embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> Any:
         return self._embed(self.embed_tokens.forward(tokens),
@@ -151,10 +157,11 @@ class Seq2SeqDecoder:
         """Device ops only (traceable): device logits ``[1, 1, 32, V]``."""
         x = self._embed(self.embed_tokens.forward_ids(inputs["tokens"]),
                         self.embed_positions.forward_ids(inputs["position_ids"]))
-        cross = ([inputs["cross_page_table"]], [inputs["cross_pos"]])
+        x = reshard(x, self.decode.residual)
+        cross = (inputs["cross_page_table"], inputs["cross_pos"])
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_decode(x, cache, cross, page_table=inputs["page_table"],
                                      current_pos=inputs["current_pos"])
         if self.final_norm is not None:
-            x = self.final_norm.forward(x)
+            x = self.final_norm.forward(x, self.decode.lm_head_norm)
         return self.lm_head.forward(x)

@@ -1,6 +1,7 @@
 """Encoder and decoder layers of HF's encoder-decoder models (Whisper, BART, MBart share their names).
 
 ``pre_norm`` (Whisper, MBart): ``x + sublayer(norm(x))``; otherwise (BART) ``norm(x + sublayer(x))``.
+In decode the residual stream stays in ``decode.residual``, as in the Llama family's blocks.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from tt_models.runtime import ttnn
 from tt_models.tt.attention import Attention
 from tt_models.tt.cross_attention import CrossAttention
+from tt_models.tt.decode_configs import DecodeConfigs, ShardedNorm, reshard
 from tt_models.tt.encoder_attention import EncoderAttention
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.norm import LayerNorm
@@ -33,6 +35,21 @@ def _residual(x: Any, sublayer: Callable[[Any], Any], norm: LayerNorm, pre_norm:
     return out
 
 
+def _residual_decode(x: Any, sublayer: Callable[[Any], Any], norm: LayerNorm, pre_norm: bool,
+                     norm_layout: ShardedNorm | None, decode: DecodeConfigs) -> Any:
+    """:func:`_residual` on the decode layouts: a pre-norm feeds the sublayer on ``norm_layout``, a post-norm's
+    output is the next residual (on the residual's own layout)."""
+    if pre_norm:
+        normed = norm.forward(x, norm_layout)
+        out = ttnn.add(x, reshard(sublayer(normed), decode.residual), memory_config=decode.residual)
+        ttnn.deallocate(normed)
+        return out
+    summed = ttnn.add(x, reshard(sublayer(x), decode.residual), memory_config=decode.residual)
+    out = norm.forward(summed, decode.attention_norm)
+    ttnn.deallocate(summed)
+    return out
+
+
 class EncoderLayer:
     def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, precision: Any) -> None:
         self.pre_norm = args.pre_norm
@@ -47,14 +64,17 @@ class EncoderLayer:
 
 
 class CrossDecoderLayer:
-    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, precision: Any) -> None:
+    def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, precision: Any,
+                 decode: DecodeConfigs) -> None:
         self.pre_norm = args.pre_norm
-        self.self_attn = Attention(args, state, f"{prefix}self_attn.", device, precision.attention_weights,
+        self.decode = decode
+        self.self_attn = Attention(args, state, f"{prefix}self_attn.", device, precision.attention_weights, decode,
                                    rotary=False, out_proj="out_proj")
         self.self_attn_norm = _norm(state, f"{prefix}self_attn_layer_norm", args.eps, device)
-        self.cross_attn = CrossAttention(args, state, f"{prefix}encoder_attn.", device, precision.attention_weights)
+        self.cross_attn = CrossAttention(args, state, f"{prefix}encoder_attn.", device, precision.attention_weights,
+                                         decode)
         self.cross_attn_norm = _norm(state, f"{prefix}encoder_attn_layer_norm", args.eps, device)
-        self.ffn = FeedForward(state, prefix, device, precision.mlp_weights, args.activation)
+        self.ffn = FeedForward(state, prefix, device, precision.mlp_weights, args.activation, decode)
         self.ffn_norm = _norm(state, f"{prefix}final_layer_norm", args.eps, device)
 
     def _cross_and_ffn(self, h: Any, kv_cache: tuple[Any, Any], cross: tuple[list[Any], list[Any]]) -> Any:
@@ -68,8 +88,11 @@ class CrossDecoderLayer:
                       self.self_attn_norm, self.pre_norm)
         return self._cross_and_ffn(h, kv_cache, cross)
 
-    def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], cross: tuple[list[Any], list[Any]],
-                       **attention_kwargs: Any) -> Any:
-        h = _residual(x, lambda t: self.self_attn.forward_decode(t, kv_cache, **attention_kwargs),
-                      self.self_attn_norm, self.pre_norm)
-        return self._cross_and_ffn(h, kv_cache, cross)
+    def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], cross: tuple[Any, Any], **attention_kwargs: Any) -> Any:
+        """``x``: the residual in ``decode.residual``; ``cross``: the cross page table and positions."""
+        decode = self.decode
+        h = _residual_decode(x, lambda t: self.self_attn.forward_decode(t, kv_cache, **attention_kwargs),
+                             self.self_attn_norm, self.pre_norm, decode.attention_norm, decode)
+        h = _residual_decode(h, lambda t: self.cross_attn.forward_decode(t, kv_cache, *cross), self.cross_attn_norm,
+                             self.pre_norm, decode.attention_norm, decode)
+        return _residual_decode(h, self.ffn.forward_decode, self.ffn_norm, self.pre_norm, decode.mlp_norm, decode)

@@ -21,9 +21,9 @@ def as_tensor(t: torch.Tensor, device: Any, *, dtype: Any = None, layout: Any = 
                            memory_config=memory_config or ttnn.DRAM_MEMORY_CONFIG, mesh_mapper=mesh_mapper(device))
 
 
-def as_linear_weight(weight: torch.Tensor, device: Any, dtype: Any) -> Any:
+def as_linear_weight(weight: torch.Tensor, device: Any, dtype: Any, memory_config: Any = None) -> Any:
     """An HF ``nn.Linear`` weight ``[out, in]`` as the ``[1, 1, in, out]`` operand of ``ttnn.linear``."""
-    return as_tensor(weight.T.contiguous()[None, None], device, dtype=dtype)
+    return as_tensor(weight.T.contiguous()[None, None], device, dtype=dtype, memory_config=memory_config)
 
 
 def as_bias(bias: torch.Tensor, device: Any) -> Any:

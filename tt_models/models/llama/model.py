@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 import torch
 
+from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.decode_inputs import HostInputs, host_ints
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
@@ -19,17 +20,22 @@ from tt_models.tt.weights import as_int_tensor
 
 class LlamaModel:
     def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
-                 max_seq_len: int, optimizations: str | None) -> None:
+                 max_seq_len: int, optimizations: str | None, sharded_decode: bool = True) -> None:
+        """``sharded_decode``: tt_transformers' DRAM-sharded decode layouts (else all interleaved, as a reference)."""
         self.device = device
         self.args = args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
         self.precision = precision = Precision.for_model(hf_config, optimizations)
+        self.decode = decode = (DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
+                                                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
+                                                      head_dim=args.head_dim)
+                                if sharded_decode else DecodeConfigs.interleaved())
         self.embedding = Embedding(state["model.embed_tokens.weight"], device)
         self.rope = RotarySetup(hf_config, args.head_dim, device, args.decode_rows)
-        self.layers = [TransformerBlock(args, state, i, device, precision) for i in range(args.n_layers)]
+        self.layers = [TransformerBlock(args, state, i, device, precision, decode) for i in range(args.n_layers)]
         self.n_layers = args.n_layers
         self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
         lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
-        self.lm_head = LMHead(lm_head, device, precision.lm_head_weights)
+        self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, decode)
 
     @property
     def kv_geometry(self) -> tuple[int, int]:
@@ -76,9 +82,9 @@ class LlamaModel:
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
         """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'."""
-        x = self.embedding.forward_ids(inputs["tokens"])
+        x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
         rot = (inputs["cos"], inputs["sin"])
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode,
                                      page_table=inputs["page_table"], current_pos=inputs["current_pos"])
-        return self.lm_head.forward(self.norm.forward(x))
+        return self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))

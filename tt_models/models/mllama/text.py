@@ -16,6 +16,7 @@ import torch
 from tt_models.models.mllama.masks import CrossAttentionMask
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import CrossAttention, cross_inputs
+from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
@@ -63,28 +64,41 @@ class CrossAttentionBlock:
     ``out = h + tanh(g_mlp) * text_rows * mlp(norm(h))``. It has no self-attention and no self KV."""
 
     def __init__(self, args: DecoderArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
-                 precision: Precision) -> None:
+                 precision: Precision, decode: DecodeConfigs) -> None:
+        self.decode = decode
         self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
         self.attention = CrossAttention(args, state, f"{prefix}cross_attn.", device, precision.attention_weights,
-                                        out_proj="o_proj", qk_norm_eps=args.norm_eps)
+                                        decode, out_proj="o_proj", qk_norm_eps=args.norm_eps)
         self.attn_gate = math.tanh(float(state[f"{prefix}cross_attn_attn_gate"]))
         self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
-        self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights)
+        self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, decode)
         self.mlp_gate = math.tanh(float(state[f"{prefix}cross_attn_mlp_gate"]))
 
     def forward(self, x: Any, kv_cache: tuple[Any, Any], rows: CrossRows) -> Any:
         normed = self.attention_norm.forward(x)
         attn = self.attention.forward(normed, kv_cache, rows.tables, rows.last)
         ttnn.deallocate(normed)
+        return self._gated(x, attn, rows, lambda h: self.feed_forward.forward(self.ffn_norm.forward(h)),
+                           ttnn.DRAM_MEMORY_CONFIG)
+
+    def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], rows: CrossRows) -> Any:
+        """``x``: the residual in ``decode.residual``; returns the next one there."""
+        decode = self.decode
+        normed = self.attention_norm.forward(x, decode.attention_norm)
+        attn = self.attention.forward_decode(normed, kv_cache, rows.tables[0], rows.last[0])
+        ttnn.deallocate(normed)
+        return self._gated(x, reshard(attn, decode.residual), rows,
+                           lambda h: self.feed_forward.forward_decode(self.ffn_norm.forward(h, decode.mlp_norm)),
+                           decode.residual)
+
+    def _gated(self, x: Any, attn: Any, rows: CrossRows, mlp: Any, residual: Any) -> Any:
         # The SDPA leaves the rows it skips (cur_pos -1) unwritten: select zeros there rather than multiply.
         attn = ttnn.where(rows.attends, ttnn.multiply(attn, self.attn_gate), 0.0)
-        h = ttnn.add(x, attn)
+        h = ttnn.add(x, attn, memory_config=residual)
         ttnn.deallocate(attn)
-        normed = self.ffn_norm.forward(h)
-        ff = self.feed_forward.forward(normed)
-        ttnn.deallocate(normed)
+        ff = reshard(mlp(h), residual)
         ff = ttnn.multiply(ttnn.multiply(ff, rows.text_rows), self.mlp_gate)
-        out = ttnn.add(h, ff)
+        out = ttnn.add(h, ff, memory_config=residual)
         ttnn.deallocate(h)
         ttnn.deallocate(ff)
         return out
@@ -96,15 +110,19 @@ class MllamaText:
         self.device = device
         self.args = args = DecoderArgs.from_hf(text_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
         self.precision = precision = text_precision(optimizations)
+        self.decode = decode = DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
+                                                     n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
+                                                     head_dim=args.head_dim)
         self.embedding = Embedding(state[f"{PREFIX}embed_tokens.weight"], device)
         self.rope = RotarySetup(text_config, args.head_dim, device, args.decode_rows)
         cross = set(text_config.cross_attention_layers)
-        self.layers = [CrossAttentionBlock(args, state, f"{PREFIX}layers.{i}.", device, precision) if i in cross
-                       else TransformerBlock(args, state, i, device, precision, layers_prefix=f"{PREFIX}layers.")
+        self.layers = [CrossAttentionBlock(args, state, f"{PREFIX}layers.{i}.", device, precision, decode)
+                       if i in cross else
+                       TransformerBlock(args, state, i, device, precision, decode, layers_prefix=f"{PREFIX}layers.")
                        for i in range(args.n_layers)]
         self.n_layers = args.n_layers
         self.norm = RMSNorm(state[f"{PREFIX}norm.weight"], args.norm_eps, device)
-        self.lm_head = LMHead(state["lm_head.weight"], device, precision.lm_head_weights)
+        self.lm_head = LMHead(state["lm_head.weight"], device, precision.lm_head_weights, decode)
 
     def fill_cross(self, vision_tokens: Any, cross_row: torch.Tensor, kv_cache: list[list[Any]]) -> None:
         """Write one request's cross K/V (``vision_tokens [1, 1, S, dim]``) into its cross blocks, every
@@ -119,7 +137,11 @@ class MllamaText:
                 **attention_kwargs: Any) -> Iterator[Any]:
         for layer, cache in zip(self.layers, kv_cache):
             if isinstance(layer, CrossAttentionBlock):
-                if cross is not None:  # no row reads vision tokens: HF skips these layers
+                if cross is None:  # no row reads vision tokens: HF skips these layers
+                    pass
+                elif "current_pos" in attention_kwargs:
+                    x = layer.forward_decode(x, cache, cross)
+                else:
                     x = layer.forward(x, cache, cross)
             elif "current_pos" in attention_kwargs:
                 x = layer.forward_decode(x, cache, **attention_kwargs)
@@ -178,9 +200,9 @@ class MllamaText:
         cannot skip them when no row attends vision tokens); rows that attend none add exact zeros there."""
         cross = CrossRows([inputs["cross_page_table"]], [inputs["cross_last"]], inputs["cross_attends"],
                           inputs["text_rows"])
-        x = self.embedding.forward_ids(inputs["tokens"])
+        x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
         for x in self._layers(x, kv_cache, cross, rot=(inputs["cos"], inputs["sin"]),
                               trans_mat=self.rope.trans_mat_decode, page_table=inputs["page_table"],
                               current_pos=inputs["current_pos"]):
             pass
-        return self.lm_head.forward(self.norm.forward(x))
+        return self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))

@@ -75,7 +75,7 @@ def from_torch(tensor: torch.Tensor | None, dtype: DataType | None = None, *, sp
     if value.data_ptr() == tensor.data_ptr():
         value = value.clone()  # the tensor owns its buffer: in-place ops must not reach the caller's torch tensor
     if device is not None and memory_config is not None and memory_config.is_sharded():
-        _check_shard_fits(value.shape, memory_config, layout, "from_torch")
+        _check_shard_fits(value.shape, memory_config, layout, "from_torch", device)
     return Tensor(value, dtype, layout, device, (memory_config or DRAM_MEMORY_CONFIG) if device is not None else None)
 
 
@@ -103,7 +103,7 @@ def to_device(tensor: Tensor, device: MeshDevice, memory_config: MemoryConfig | 
     _check_not_capturing("to_device")
     memory_config = memory_config or DRAM_MEMORY_CONFIG
     if memory_config.is_sharded():
-        _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_device")
+        _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_device", device)
     return Tensor(tensor.value.clone(), tensor.dtype, tensor.layout, device, memory_config)
 
 
@@ -144,7 +144,7 @@ def to_memory_config(tensor: Tensor, memory_config: MemoryConfig, dtype: DataTyp
                      output_tensor: Tensor | None = None) -> Tensor:
     _check_on_device(tensor, "to_memory_config")
     if memory_config.is_sharded():
-        _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_memory_config")
+        _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_memory_config", tensor.device())
     if dtype is None or dtype == tensor.dtype:
         out = tensor.moved(memory_config=memory_config)
     else:
@@ -273,9 +273,16 @@ def create_sharded_memory_config(shape: Sequence[int], core_grid: CoreGrid | Cor
     return MemoryConfig(layout, BufferType.L1, ShardSpec(grid, shard, orientation))
 
 
-def _check_shard_fits(shape: Sequence[int], memory_config: MemoryConfig, layout: Layout, op: str) -> None:
+def _check_shard_fits(shape: Sequence[int], memory_config: MemoryConfig, layout: Layout, op: str,
+                      device: MeshDevice) -> None:
     spec = memory_config.shard_spec
     check(spec is not None, op, "a sharded memory config needs a shard spec")
+    dram = memory_config.buffer_type == BufferType.DRAM
+    banks = device.dram_grid_size() if dram else device.compute_with_storage_grid_size()
+    for core in sorted(spec.grid.core_set(), key=lambda c: (c.y, c.x)):
+        check(core.x < banks.x and core.y < banks.y, op,
+              f"Invalid shard grid: shard core ({core.x}, {core.y}) has no {'DRAM' if dram else 'L1'} bank on this "
+              f"device, which has {banks.x * banks.y} of them")
     dims = list(shape)
     height = 1
     for d in dims[:-1]:

@@ -57,6 +57,10 @@ class MeshDevice:
     def compute_with_storage_grid_size(self) -> CoreCoord:
         return self._grid
 
+    def dram_grid_size(self) -> CoreCoord:
+        """The DRAM banks as one row: 12 on Wormhole, 8 on a Blackhole p150."""
+        return CoreCoord(8 if self._arch == Arch.BLACKHOLE else 12, 1)
+
     def get_num_devices(self) -> int:
         return self.shape.mesh_size()
 

@@ -1,4 +1,10 @@
-"""matmul / linear and the matmul program configs (accepted for their fused activation; tiling is ignored)."""
+"""matmul / linear and the matmul program configs (accepted for their fused activation; tiling is ignored).
+
+The memory layouts the programs read are checked as the real ops check them: a DRAM-sharded program needs a
+width-sharded activation, a DRAM width-sharded weight and a sharded output (whose shard spec it derives), a
+sharded weight needs a program config that reads it, and a sharded activation takes its activation function in
+the program config.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,10 @@ from .core import _check_on_device, _into
 from .eltwise import Activation, UnaryOpType, UnaryWithParam, activation_function
 from .errors import check, unsupported
 from .tensor import Tensor
-from .types import DRAM_MEMORY_CONFIG, CoreCoord, CoreGrid, CoreRangeSet, DataType, Layout, MemoryConfig
+from .types import (
+    DRAM_MEMORY_CONFIG, TILE_SIZE, BufferType, CoreCoord, CoreGrid, CoreRangeSet, DataType, Layout, MemoryConfig,
+    ShardSpec, TensorMemoryLayout,
+)
 
 __all__ = [
     "MatmulMultiCoreReuseProgramConfig",
@@ -104,6 +113,40 @@ ProgramConfig = (MatmulMultiCoreReuseProgramConfig | MatmulMultiCoreReuseMultiCa
                  | MatmulMultiCoreReuseMultiCast1DProgramConfig | MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig)
 
 
+def _check_layouts(op: str, a: Tensor, b: Tensor, program_config: ProgramConfig | None,
+                   memory_config: MemoryConfig | None, activation: Activation | None) -> MemoryConfig | None:
+    """The memory-layout rules of the real op's validation; returns the output memory config (a DRAM-sharded
+    program's output shard spec worked out as the op does: the activation's cores, ``per_core_N`` tiles wide)."""
+    if activation is not None:
+        check(not a.is_sharded(), op, f"Sharded matmul run with {activation} activation: this should be placed in "
+                                      "the program config's fused_activation field")
+    if program_config is None:
+        check(a.is_sharded() or not b.is_sharded(), op,
+              "MatmulMultiCoreProgramConfig: Input B memory layout must be INTERLEAVED, got: "
+              f"{b.memory_config().memory_layout}")
+        return memory_config
+    if not isinstance(program_config, MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig):
+        return memory_config
+    name = "MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig"
+    check(a.is_sharded() and a.memory_config().memory_layout == TensorMemoryLayout.WIDTH_SHARDED, op,
+          f"{name}: Input A must be width-sharded")
+    b_memory = b.memory_config()
+    check(b_memory.memory_layout == TensorMemoryLayout.WIDTH_SHARDED and b_memory.buffer_type == BufferType.DRAM, op,
+          f"{name}: Input B memory layout must be WIDTH_SHARDED in DRAM, got: {b_memory.memory_layout} "
+          f"in {b_memory.buffer_type}")
+    check(memory_config is not None and memory_config.is_sharded(), op,
+          f"{name}: Output memory config must be sharded for DRAM sharded program config")
+    k_tiles = a.padded_shape[-1] // TILE_SIZE
+    check(k_tiles % program_config.in0_block_w == 0, op,
+          f"{name}: K ({k_tiles}) must be divisible by in0_block_w ({program_config.in0_block_w})")
+    if memory_config.shard_spec is not None:
+        return memory_config
+    a_spec = a.memory_config().shard_spec
+    return MemoryConfig(memory_config.memory_layout, memory_config.buffer_type,
+                        ShardSpec(a_spec.grid, (a_spec.shape[0], program_config.per_core_N * TILE_SIZE),
+                                  a_spec.orientation))
+
+
 def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: bool, transpose_b: bool,
             memory_config: MemoryConfig | None, dtype: DataType | None, program_config: ProgramConfig | None,
             activation: Activation | None, output_tile: object, optional_output_tensor: Tensor | None) -> Tensor:
@@ -115,6 +158,7 @@ def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: boo
         raise unsupported(op, "1-D inputs (dot / vector products)")
     if output_tile is not None:
         raise unsupported(op, "output_tile (non-32x32 output tiles)")
+    memory_config = _check_layouts(op, a, b, program_config, memory_config, activation)
     x, w = a.float(), b.float()
     if transpose_a:
         x = x.transpose(-1, -2)

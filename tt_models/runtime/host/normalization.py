@@ -1,4 +1,5 @@
-"""softmax, rms_norm and layer_norm, with their program configs (performance-only, accepted and ignored)."""
+"""softmax, rms_norm and layer_norm, with their program configs (performance-only: the math ignores them, but a
+sharded norm's layout is checked as the real op checks it)."""
 
 from __future__ import annotations
 
@@ -103,9 +104,25 @@ def _affine(op: str, name: str, param: Tensor | None, input_tensor: Tensor) -> t
     return param.float().reshape(-1)[:width]
 
 
+def _check_sharded_program(op: str, input_tensor: Tensor, memory_config: MemoryConfig | None,
+                           program_config: LayerNormShardedMultiCoreProgramConfig) -> None:
+    check(input_tensor.is_sharded(), op, "a sharded program config needs a sharded input")
+    spec = input_tensor.memory_config().shard_spec
+    if memory_config is not None:
+        check(input_tensor.memory_config().buffer_type == memory_config.buffer_type, op,
+              "the input and output must be in the same buffer type")
+    k_tiles = input_tensor.padded_shape[-1] // TILE_SIZE
+    if input_tensor.memory_config().memory_layout == TensorMemoryLayout.WIDTH_SHARDED:
+        check(-(-k_tiles // spec.num_cores()) == program_config.block_w, op,
+              f"block_w ({program_config.block_w}) must equal to K (in tiles) / num_cores ({spec.num_cores()})")
+
+
 def _norm(op: str, input_tensor: Tensor, epsilon: float, weight: Tensor | None, bias: Tensor | None,
-          residual_input_tensor: Tensor | None, memory_config: MemoryConfig | None, center: bool) -> Tensor:
+          residual_input_tensor: Tensor | None, memory_config: MemoryConfig | None, center: bool,
+          program_config: object = None) -> Tensor:
     _check_input(op, input_tensor)
+    if isinstance(program_config, LayerNormShardedMultiCoreProgramConfig):
+        _check_sharded_program(op, input_tensor, memory_config, program_config)
     check(not (input_tensor.is_sharded()
                and input_tensor.memory_config().memory_layout == TensorMemoryLayout.HEIGHT_SHARDED), op,
           "height-sharded inputs are not supported")
@@ -137,7 +154,8 @@ def rms_norm(input_tensor: Tensor, *, epsilon: float = 1e-12, weight: Tensor | N
 
     The default epsilon (1e-12) is ttnn's, not the model's: callers pass theirs.
     """
-    return _norm("rms_norm", input_tensor, epsilon, weight, bias, residual_input_tensor, memory_config, False)
+    return _norm("rms_norm", input_tensor, epsilon, weight, bias, residual_input_tensor, memory_config, False,
+                 program_config)
 
 
 def layer_norm(input_tensor: Tensor, *, epsilon: float = 1e-12, weight: Tensor | None = None,
@@ -145,4 +163,5 @@ def layer_norm(input_tensor: Tensor, *, epsilon: float = 1e-12, weight: Tensor |
                memory_config: MemoryConfig | None = None,
                program_config: LayerNormDefaultProgramConfig | LayerNormShardedMultiCoreProgramConfig | None = None,
                compute_kernel_config: object = None, recip_tensor: Tensor | None = None) -> Tensor:
-    return _norm("layer_norm", input_tensor, epsilon, weight, bias, residual_input_tensor, memory_config, True)
+    return _norm("layer_norm", input_tensor, epsilon, weight, bias, residual_input_tensor, memory_config, True,
+                 program_config)
