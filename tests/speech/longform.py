@@ -1,21 +1,25 @@
-"""A long recording of known content for long-form transcription: pieces of real speech (the 30 s call,
+"""Long recordings of known content for long-form transcription: pieces of real speech (the 30 s call,
 pyannote's sample, cut at its STM transcript's segment times) and English sentences spoken by espeak-ng, each
-piece well under one window, joined by pauses of digital silence.
+piece well under one window, joined by pauses, with a floor of white noise over all of it (-60 dBFS, seeded) so
+that no pause is digital silence.
 
 Every piece's place in the recording is known (the call's pieces from the STM times, the sentences without
 espeak's own leading and trailing silence), so a transcript's segment boundaries can be checked against them, and
-a window cut must land in a pause. The reference is HF transformers' own long-form ``generate`` (sequential seek on
-timestamp tokens) on the same audio and weights.
+a window cut must land in a pause. The references are HF transformers' own ``generate`` on the same audio and
+weights: long-form (sequential seek on timestamp tokens) for a recording, short-form with timestamps for a clip
+of one window.
 """
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import soundfile
 import torch
 from transformers import WhisperForConditionalGeneration
 
@@ -28,15 +32,31 @@ SENTENCES = (
     "Please send the quarterly report to the finance team before Friday afternoon.",
     "Our train leaves from platform nine at half past seven in the morning.",
     "She bought three green apples and a loaf of fresh bread at the market.",
+    "The library closes early on Sundays, so return your books before noon.",
+    "My brother plays the guitar in a small band that practices every Tuesday.",
+    "We need more chairs for the meeting room because twenty people are coming.",
+    "The children built a tall snowman in the garden after breakfast.",
+    "Turn left at the bank and walk straight until you see the old church.",
+    "The doctor told him to drink more water and to sleep eight hours a night.",
+    "Our new kitchen has a large window that looks out over the river.",
+    "The museum opens at ten and the tickets are free for students.",
+    "He forgot his umbrella at the office and got wet on the way home.",
+    "The pilot announced that the flight would land twenty minutes early.",
+    "Fresh vegetables from the farm taste much better than frozen ones.",
+    "Remember to lock the front door and switch off the lights when you leave.",
 )
 # The call's pieces: runs of its STM segments (start of the first, end of the last), each cut where the STM has a
 # gap between speakers, 1.5-4.4 s of speech each.
 CALL_PIECES = ((6.68, 9.798), (9.838, 14.184), (14.444, 17.769), (17.789, 21.475), (21.935, 23.978),
                (24.058, 28.425), (28.445, 29.987))
-# The recording: call pieces (by index) and sentences (by "s" index) in this order, a pause before each.
-LAYOUT = (0, "s0", 1, 2, "s1", 3, 4, "s2", 5, 6, "s3")
-PAUSE = 1.5  # seconds of silence before each piece and after the last
+# Recordings: call pieces (by index) and sentences (by "s" index) in this order, a pause before each.
+LAYOUT = (0, "s0", 1, 2, "s1", 3, 4, "s2", 5, 6, "s3")  # about 55 s, two windows
+# About 2.5 minutes, six windows: every sentence once and the call's pieces twice, between them.
+LONG_LAYOUT = (0, "s0", 1, "s4", 2, "s1", "s5", 3, 4, "s2", "s6", 5, 6, "s3", "s7",
+               "s8", 0, 1, "s9", 2, "s10", 3, "s11", "s12", 4, 5, "s13", "s14", 6, "s15")
+PAUSE = 1.5  # seconds of pause before each piece and after the last
 SPEECH_FLOOR = 0.01  # espeak's silence is exact zeros; speech is far above this
+NOISE_DBFS = -60.0  # a floor of white noise over the whole recording (seeded), so no pause is digital silence
 
 
 @dataclass(frozen=True)
@@ -74,8 +94,10 @@ def espeak(text: str, path: Path) -> np.ndarray:
     return speech[loud[0]:loud[-1] + 1]
 
 
-def long_recording(directory: Path, layout=LAYOUT, pause: float = PAUSE) -> LongRecording:
-    """The pieces of ``layout`` with ``pause`` s of silence before each and after the last (about 55 s)."""
+def long_recording(directory: Path, layout=LAYOUT, pause: float = PAUSE, noise_dbfs: float | None = NOISE_DBFS,
+                   ) -> LongRecording:
+    """The pieces of ``layout`` with ``pause`` s of pause before each and after the last, white noise at
+    ``noise_dbfs`` (RMS; None: none) over all of it. The pieces' places are where their speech starts and ends."""
     call, _, segments = speech_sample(SAMPLE_RATE)
     silence = np.zeros(round(pause * SAMPLE_RATE), dtype=np.float32)
     parts: list[np.ndarray] = []
@@ -94,7 +116,43 @@ def long_recording(directory: Path, layout=LAYOUT, pause: float = PAUSE) -> Long
         parts += [silence, speech]
         at += speech.size
     parts.append(silence)
-    return LongRecording(np.concatenate(parts).astype(np.float32), " ".join(p.text for p in placed), placed)
+    waveform = np.concatenate(parts).astype(np.float32)
+    if noise_dbfs is not None:
+        noise = np.random.default_rng(0).standard_normal(waveform.size) * 10 ** (noise_dbfs / 20)
+        waveform = (waveform + noise).astype(np.float32)
+    return LongRecording(waveform, " ".join(p.text for p in placed), placed)
+
+
+def wav_bytes(waveform: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, waveform, SAMPLE_RATE, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def through_wav(waveform: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The WAV bytes an upload carries and the samples they decode to, so the engine, HF and the server all see
+    the very same samples."""
+    wav = wav_bytes(waveform)
+    return wav, soundfile.read(io.BytesIO(wav), dtype="float32")[0]
+
+
+def boundary_offsets(pieces: list[Placed], segments: list[tuple[float, float]]) -> list[tuple[float, float] | None]:
+    """For each piece, (start - piece start, end - piece end) of the segments that overlap it most (the earliest
+    start and the latest end of them), or None when no segment does. Segments overlapping no piece are not
+    counted here (see ``stray_segments``)."""
+    spans: list[list[tuple[float, float]]] = [[] for _ in pieces]
+    for start, end in segments:
+        overlaps = [min(end, p.end) - max(start, p.start) for p in pieces]
+        best = int(np.argmax(overlaps))
+        if overlaps[best] > 0:
+            spans[best].append((start, end))
+    return [(min(s for s, _ in span) - p.start, max(e for _, e in span) - p.end) if span else None
+            for p, span in zip(pieces, spans)]
+
+
+def stray_segments(pieces: list[Placed], segments: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The segments that overlap no piece (text placed in a pause)."""
+    return [(s, e) for s, e in segments if not any(min(e, p.end) > max(s, p.start) for p in pieces)]
 
 
 @dataclass(frozen=True)
@@ -103,12 +161,22 @@ class HFLongForm:
     segments: list[tuple[float, float, str]]  # (start, end, text)
 
 
-def hf_long_form(model_name: str, waveforms: list[np.ndarray]) -> list[HFLongForm]:
-    """HF float32 long-form ``generate`` with timestamps (sequential seek), greedy, on the engine's weights."""
+def hf_model(model_name: str):
+    """HF's float32 Whisper with the weights and generation config the engine loads, and the checkpoint."""
     checkpoint = load_hf_checkpoint(model_name)
     model = WhisperForConditionalGeneration(checkpoint.config).eval()
     model.load_state_dict(checkpoint.state_dict, strict=True)
     model.generation_config = checkpoint.generation_config
+    return model, checkpoint
+
+
+def hf_long_form(model_name: str, waveforms: list[np.ndarray]) -> list[HFLongForm]:
+    """HF float32 long-form ``generate`` with timestamps (sequential seek), greedy, on the engine's weights.
+
+    As HF documents long-form: features of the whole audio (``truncation=False, padding="longest"``); HF pads a
+    last stretch shorter than 30 s with zeros in feature space (not with silent audio, as a short clip's features
+    are), so on audio of one window this is not HF's short-form decoding (``hf_timestamps``)."""
+    model, checkpoint = hf_model(model_name)
     inputs = checkpoint.processor(waveforms, sampling_rate=SAMPLE_RATE, return_tensors="pt", truncation=False,
                                   padding="longest", return_attention_mask=True)
     with torch.inference_mode():
@@ -121,4 +189,35 @@ def hf_long_form(model_name: str, waveforms: list[np.ndarray]) -> list[HFLongFor
         segments = [(float(s["start"]), float(s["end"]), tokenizer.decode(s["tokens"], skip_special_tokens=True))
                     for s in out["segments"][i]]
         results.append(HFLongForm(text, segments))
+    return results
+
+
+@dataclass(frozen=True)
+class HFTimestamps:
+    tokens: list[int]  # generated tokens, timestamps included, without eos
+    segments: list[tuple[float, float, str]]  # (start, end, text)
+    top5: list[list[int]]  # HF's five most likely tokens at each step (raw logits)
+
+
+def hf_timestamps(model_name: str, waveforms: list[np.ndarray]) -> list[HFTimestamps]:
+    """HF float32 ``generate(return_timestamps=True)`` on each audio of one window (at most 30 s) alone, greedy,
+    with the processor's own features (the audio padded with silence to 30 s); each step's top 5 from a forward
+    pass over the generated tokens."""
+    model, checkpoint = hf_model(model_name)
+    config = checkpoint.generation_config
+    language = "en" if config.is_multilingual else None
+    prompt = [config.decoder_start_token_id]
+    if language is not None:
+        prompt += [config.lang_to_id[f"<|{language}|>"], config.task_to_id["transcribe"]]
+    results = []
+    for waveform in waveforms:
+        features = checkpoint.processor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+        with torch.inference_mode():
+            out = model.generate(features, return_timestamps=True, return_segments=True, language=language)
+            tokens = [t for t in out["sequences"][0].tolist() if t != config.eos_token_id]  # generated (no prompt)
+            logits = model(input_features=features, decoder_input_ids=torch.tensor([prompt + tokens])).logits[0]
+        top5 = logits[len(prompt) - 1:].topk(5, dim=-1).indices.tolist()
+        segments = [(float(s["start"]), float(s["end"]),
+                     checkpoint.tokenizer.decode(s["tokens"], skip_special_tokens=True)) for s in out["segments"][0]]
+        results.append(HFTimestamps(tokens, segments, top5))
     return results

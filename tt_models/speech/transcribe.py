@@ -33,6 +33,7 @@ from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.sampling import SamplingParams
 from tt_models.speech.language import LanguageDetector, no_speech_token_id
 from tt_models.speech.timestamps import TimedText, WindowSegments, parse_segments
+from tt_models.speech.vad import SpeechActivity
 from tt_models.speech.windows import Window, split_windows
 
 SAMPLE_RATE = 16000
@@ -55,7 +56,8 @@ class TranscriptionOptions:
     """``language``: a code, name or token (None: detected by a multilingual checkpoint, English otherwise);
     ``task``: "transcribe" or "translate" (to English); ``timestamps``: decode with timestamp tokens into timed
     segments; ``prompt``: earlier text for the first window; ``condition_on_previous_text``: each later window is
-    conditioned on the transcript before it (then the windows of one audio run one after another)."""
+    conditioned on the transcript before it (then the windows of one audio run one after another); ``vad``: each
+    segment's start and end move in to the speech inside it (``vad.py``; False: Whisper's timestamps as decoded)."""
 
     language: str | None = None
     task: Literal["transcribe", "translate"] = "transcribe"
@@ -63,6 +65,7 @@ class TranscriptionOptions:
     condition_on_previous_text: bool = False
     prompt: str | None = None
     temperature: float = 0.0
+    vad: bool = True
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class LongFormTranscription:
         self.language = options.language
         self.slots: list[_Slot] = []  # what is decoded, in time order (steps fills it)
         self._current: list[_Slot] = []  # the slots of the batch being decoded
+        self._activity: SpeechActivity | None = None  # the audio's frame energies, when a segment is trimmed
 
     @property
     def duration(self) -> float:
@@ -255,11 +259,20 @@ class LongFormTranscription:
             no_speech_prob = math.exp(seq.logprobs[0][self.no_speech_token_id].logprob)
         text = "".join(p.text for p in pieces)
         avg_logprob = (seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1)
-        slot.segments = [Segment(0, slot.window.start // HOP_LENGTH, round(p.start, 3), round(p.end, 3), p.text,
-                                 p.tokens, self.options.temperature, avg_logprob, compression_ratio(text),
-                                 no_speech_prob) for p in pieces]
+        slot.segments = [Segment(0, slot.window.start // HOP_LENGTH, *self._times(p), p.text, p.tokens,
+                                 self.options.temperature, avg_logprob, compression_ratio(text), no_speech_prob)
+                         for p in pieces]
         slot.done = True
         return [rest] if rest is not None else []
+
+    def _times(self, piece: TimedText) -> tuple[float, float]:
+        """A segment's start and end (ms precision): moved in to its speech with ``vad``."""
+        start, end = piece.start, piece.end
+        if self.options.vad:
+            if self._activity is None:
+                self._activity = SpeechActivity(self.waveform, SAMPLE_RATE)
+            start, end = self._activity.trim(start, end)
+        return round(start, 3), round(end, 3)
 
 
 def compression_ratio(text: str) -> float:
