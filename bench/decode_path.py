@@ -1,30 +1,105 @@
-"""One decode step of SmolLM2-135M at batch 32 on the host backend, split the way a TT device splits it.
+"""One decode step of SmolLM2-135M at batch 32 on the host backend, split the way a TT device splits it, and the
+DRAM-bandwidth bound of a decode step on TT boards.
 
 For each path (eager logits, traced logits, traced with device sampling: greedy, and top-k/top-p with seeds):
-the whole ``decode_forward`` call, and the host work a device would leave on the host: building the step's
-host inputs (token ids, positions, page table, rotary cos/sin, sampling parameters) and reading the result
-back (``[32, V]`` float32 logits or ``[32]`` tokens). On the host backend the device part is torch compute, so
-only the host part and the size of what is read back carry over to silicon.
+the whole ``decode_forward`` call; the ttnn calls it makes from Python and the bytes it moves host -> device and
+device -> host (counted on the host backend, whose calls and tensors are ttnn's); the host work a device would
+leave on the host: building the step's host inputs (token ids, positions, page table, rotary cos/sin, sampling
+parameters) and reading the result back (``[32, V]`` float32 logits or ``[32]`` tokens). On the host backend the
+device part is torch compute, so only the counts, the host part and the bytes carry over to silicon.
 
-    .venv/bin/python bench/decode_path.py [--steps 5] [--threads 1]
+Then the DRAM bytes a decode step reads (every weight at its stored dtype, and the KV cache of 32 users at context
+``--context``) as a bound in tokens/s/user for n150 (288 GB/s), n300 (576 GB/s) and p150 (512 GB/s), for SmolLM2
+at its default precision and for Llama 3.1 8B's dims at the performance profile, beside TT's published figures
+for Llama 3.1 8B at batch 32 (tt-metal demos, sequence length 128).
+
+    .venv/bin/python bench/decode_path.py [--steps 5] [--threads 1] [--context 128]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
-from types import SimpleNamespace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType, SimpleNamespace
 from typing import Any, Callable
 
 import torch
+from transformers import LlamaConfig
 
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.generator import LlamaForCausalLM
-from tt_models.runtime import close_device, open_device
+from tt_models.runtime import api_for, close_device, open_device
+from tt_models.tt.model_config import Precision
 from tt_models.tt.sampling import SamplingBatch
 
 BATCH, BLOCK, WIDTH = 32, 64, 16
+BYTES = {"bfloat16": 2.0, "bfloat8_b": 1.0625, "bfloat4_b": 0.5625, "float32": 4.0, "int32": 4.0, "uint32": 4.0,
+         "uint16": 2.0, "uint8": 1.0}  # per element as stored on a device (block floats: 16 values share an exponent)
+BOARDS = {"n150": 288e9, "n300": 576e9, "p150": 512e9}  # DRAM bytes/s (docs.tenstorrent.com)
+PUBLISHED_8B = {"n150": 26.0, "p150": 33.1}  # Llama 3.1 8B, batch 32, t/s/u (tt-metal models/README.md, Oct 2025)
+
+
+def _bytes(dtype: Any, numel: int) -> float:
+    return numel * BYTES[getattr(dtype, "name", str(dtype)).lower()]
+
+
+@contextmanager
+def counting(api: ModuleType) -> Iterator[dict[str, float]]:
+    """Counts the ttnn calls made from Python (the API's functions and its ``experimental`` / ``transformer``
+    namespaces) and the bytes they move between host and device."""
+    counts = {"calls": 0, "to device": 0.0, "to host": 0.0}
+
+    def counted(name: str, fn: Callable) -> Callable:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counts["calls"] += 1
+            if name == "from_torch" and kwargs.get("device") is not None:
+                counts["to device"] += _bytes(kwargs.get("dtype") or "bfloat16", args[0].numel())
+            elif name in ("to_device", "copy_host_to_device_tensor"):
+                counts["to device"] += _bytes(args[0].dtype, math.prod(args[0].shape))
+            elif name in ("to_torch", "from_device"):
+                counts["to host"] += _bytes(args[0].dtype, math.prod(args[0].shape))
+            return fn(*args, **kwargs)
+        return call
+
+    originals = []
+    for namespace in (api, api.experimental, api.transformer):
+        for name in dir(namespace):
+            fn = getattr(namespace, name)
+            if not name.startswith("_") and callable(fn) and not isinstance(fn, (type, ModuleType)):
+                originals.append((namespace, name, fn))
+                setattr(namespace, name, counted(name, fn))
+    try:
+        yield counts
+    finally:
+        for namespace, name, fn in originals:
+            setattr(namespace, name, fn)
+
+
+def decode_bytes(config: Any, precision: Precision, context: int) -> float:
+    """DRAM bytes one decode step of ``BATCH`` users reads: every decoder weight and the LM head at their stored
+    dtypes, and each user's K and V at ``context`` tokens."""
+    dim, hidden, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    head_dim = getattr(config, "head_dim", None) or dim // config.num_attention_heads
+    kv_width = config.num_key_value_heads * head_dim
+    attention = _bytes(precision.attention_weights, dim * (2 * dim + 2 * kv_width))
+    mlp = _bytes(precision.mlp_weights, 3 * dim * hidden)
+    kv = _bytes(precision.kv_cache, BATCH * context * 2 * kv_width)
+    return layers * (attention + mlp + kv) + _bytes(precision.lm_head_weights, config.vocab_size * dim)
+
+
+def bandwidth_table(models: dict[str, tuple[Any, Precision]], context: int) -> None:
+    print(f"\nDRAM-bandwidth bound of a decode step at batch {BATCH}, context {context} (weights + KV read once per "
+          "step), t/s/u:")
+    print(f"  {'model':44s} {'GB/step':>8s} " + " ".join(f"{board:>7s}" for board in BOARDS) + "   published (TT)")
+    for name, (config, precision) in models.items():
+        step = decode_bytes(config, precision, context)
+        bounds = " ".join(f"{bw / step:7.1f}" for bw in BOARDS.values())
+        published = ", ".join(f"{b} {v}" for b, v in PUBLISHED_8B.items()) if "8B" in name else "-"
+        print(f"  {name:44s} {step / 1e9:8.3f} {bounds}   {published}")
 
 
 def timed(fn: Callable[[], Any], steps: int) -> float:
@@ -42,6 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--context", type=int, default=128, help="tokens of KV each user reads (TT's figures: 128)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = open_device("host")
@@ -63,6 +139,8 @@ def main() -> None:
     positions = step["start_pos"]
     for name, extra in paths.items():
         whole = timed(lambda: model.decode_forward(**step, **extra), args.steps)
+        with counting(api_for(device)) as counts:
+            model.decode_forward(**step, **extra)
         raw = model.decode_forward(**step, **extra, read_from_device=False)
         read = timed(lambda: model.process_decode_output_host(raw), args.steps)
 
@@ -74,9 +152,18 @@ def main() -> None:
                                  model.sampling_rng).host_inputs(device, model.vocab_size)
 
         inputs = timed(host_inputs, args.steps)
-        print(f"{name:32s} decode_forward {whole:8.1f} ms | host inputs {inputs:6.2f} ms | read back {read:6.2f} ms")
+        print(f"{name:32s} decode_forward {whole:8.1f} ms | ttnn calls {counts['calls']:5d} | to device "
+              f"{counts['to device'] / 1e3:8.1f} kB | to host {counts['to host'] / 1e3:8.1f} kB | host inputs "
+              f"{inputs:6.2f} ms | read back {read:6.2f} ms")
     model.release_traces()
     close_device(device)
+    llama_8b = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                           num_key_value_heads=8, vocab_size=128256)
+    bandwidth_table({"SmolLM2-135M (its default precision)": (checkpoint.config,
+                                                             Precision.for_model(checkpoint.config, None)),
+                     "Llama 3.1 8B dims (performance profile)": (llama_8b, Precision.for_profile("performance")),
+                     "Llama 3.1 8B dims (accuracy profile)": (llama_8b, Precision.for_profile("accuracy"))},
+                    args.context)
 
 
 if __name__ == "__main__":
