@@ -185,37 +185,20 @@ class LLMEngine:
 
     def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> list[tuple[Sequence, int, Any]]:
         """Sample each sequence's next token and make it the sequence's next input; detokenizing and stop checks
-        are :meth:`_commit`'s. Prefills that complete a prompt fork the other ``n - 1`` sequences."""
+        are :meth:`_commit`'s. A step that completes a prompt (a prefill, or a decode step running a chunked
+        prompt's last token) forks the other ``n - 1`` sequences."""
         now = time.monotonic()
-        rows, seqs = self._prefilled(out) if out.is_prefill else self._decoded(out)
-        if not seqs:
-            return []
-        if rows is not None:  # forks repeat a row; finished chunks and stopped sequences drop rows
-            logits = logits[rows]
-        sampled = self.sampler.sample(logits, [s.state for s in seqs])
-        tokens = sampled.tokens.tolist()
-        for seq, token in zip(seqs, tokens):
-            seq.add_token(token)
-        if out.is_prefill:  # a decode step's requests had theirs already
-            for seq in seqs:
-                if seq.request.metrics.first_token_time is None:
-                    seq.request.metrics.first_token_time = now
-        self.runner.append_tokens(seqs, tokens)
-        return list(zip(seqs, tokens, sampled.logprobs))
-
-    def _prefilled(self, out: SchedulerOutput) -> tuple[list[int] | None, list[Sequence]]:
-        """The sequences whose prompt this prefill step completed (with the ``n - 1`` it forks), and the logits row
-        of each (None: the rows as they are)."""
         rows: list[int] = []
         seqs: list[Sequence] = []
         for i, (seq, tokens) in enumerate(out.scheduled):
-            if seq.finished:
-                continue  # aborted after this step was issued
+            if seq.finish_reason is not None:
+                continue  # it stopped (or was aborted) after this step was issued: its token is discarded
             seq.num_computed += tokens
             seq.redo_last_block = False
             request = seq.request
-            request.encoder_cached = True
-            self.stats["prompt_tokens"] += tokens
+            if out.is_prefill:
+                request.encoder_cached = True
+                self.stats["prompt_tokens"] += tokens
             if seq.num_computed < len(seq.token_ids):
                 continue  # a prefill chunk that is not the last
             family = [seq]
@@ -223,18 +206,18 @@ class LLMEngine:
                 family += [self._fork(seq, index) for index in range(1, request.params.n)]
             rows += [i] * len(family)
             seqs += family
-        return (None if rows == list(range(len(out.scheduled))) else rows), seqs
-
-    @staticmethod
-    def _decoded(out: SchedulerOutput) -> tuple[list[int] | None, list[Sequence]]:
-        """A decode step's sequences, each of which ran its last token, less those that stopped after the step was
-        issued (async decode: their token is discarded); their logits rows (None: the rows as they are)."""
-        seqs = [seq for seq, _ in out.scheduled if seq.finish_reason is None]
-        for seq in seqs:
-            seq.num_computed += 1
-        if len(seqs) == len(out.scheduled):
-            return None, seqs
-        return [i for i, (seq, _) in enumerate(out.scheduled) if seq.finish_reason is None], seqs
+        if not seqs:
+            return []
+        if rows != list(range(len(logits))):  # forks repeat a row; finished chunks and stopped sequences drop rows
+            logits = logits[rows]
+        sampled = self.sampler.sample(logits, [s.state for s in seqs])
+        tokens = sampled.tokens.tolist()
+        for seq, token in zip(seqs, tokens):
+            if seq.request.metrics.first_token_time is None:
+                seq.request.metrics.first_token_time = now
+            seq.add_token(token)
+        self.runner.append_tokens(seqs, tokens)
+        return list(zip(seqs, tokens, sampled.logprobs))
 
     def _commit(self) -> list[RequestOutput]:
         """Detokenize the sampled tokens and check stops: finished sequences and requests give back their blocks."""
