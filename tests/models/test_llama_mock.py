@@ -15,6 +15,7 @@ import pytest
 
 from tests.models.hf_reference import TINY_CONFIGS, tiny_model
 from tests.models.llama_on_mock import MAX_BATCH, run
+from tt_models.runtime import close_device, open_device
 from tt_models.tt.model_config import PROFILES
 
 pytestmark = pytest.mark.mock
@@ -43,6 +44,16 @@ def checkpoint(tmp_path_factory) -> Callable[[str], str]:
 @pytest.mark.parametrize("config", TINY_CONFIGS)
 def test_n150(mock_device, checkpoint, config, optimizations):
     assert run(mock_device, checkpoint(config), 1, optimizations) == SHAPES
+
+
+def test_n150_while_a_host_device_is_open(mock_device, checkpoint):
+    """``ttnn`` follows the most recently opened device: with a host device opened after the mock one, the mock
+    model must still build its inputs with the real ttnn (its entry points set the API per replica device)."""
+    host = open_device("host")
+    try:
+        assert run(mock_device, checkpoint("qwen2-bias"), 1, "performance") == SHAPES
+    finally:
+        close_device(host)
 
 
 # Each n300 run is a fresh process (one mock board per process) and costs 7-20 s: the mesh paths run for one

@@ -215,8 +215,9 @@ class Generator(VllmModelInterface):
                 batch = SamplingBatch.of(sampling_params, row_ids, positions[rows].tolist(), self.vocab_size,
                                          self.sampling_rng)
                 mode = batch.mode
-                host.update(batch.host_inputs(device, self.vocab_size, _rows_of(prompt_tokens, rows),
-                                              _rows_of(output_tokens, rows)))
+                with use(device):
+                    host.update(batch.host_inputs(device, self.vocab_size, _rows_of(prompt_tokens, rows),
+                                                  _rows_of(output_tokens, rows)))
 
             def step(device_inputs: dict[str, Any], replica: int = replica, mode: Any = mode) -> Any:
                 logits = forward(replica, device_inputs)

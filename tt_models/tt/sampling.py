@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import torch
 
-from tt_models.runtime import ttnn
+from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor
 from tt_models.tt.weights import mesh_mapper
 
@@ -160,8 +160,10 @@ class TTSampling:
 
     def __init__(self, device: Any) -> None:
         self.device = device
-        self.user_ids = ttnn.from_torch(torch.arange(ROWS, dtype=torch.int32), dtype=ttnn.uint32,
-                                        layout=ttnn.ROW_MAJOR_LAYOUT, device=device, mesh_mapper=mesh_mapper(device))
+        with use(device):  # the device's own ttnn, whatever was opened last
+            self.user_ids = ttnn.from_torch(torch.arange(ROWS, dtype=torch.int32), dtype=ttnn.uint32,
+                                            layout=ttnn.ROW_MAJOR_LAYOUT, device=device,
+                                            mesh_mapper=mesh_mapper(device))
 
     def forward(self, logits: Any, mode: SamplingMode, inputs: dict[str, Any]) -> tuple[Any, Any]:
         """Tokens (UINT32, one per row) and, with ``mode.log_probs``, their log-probs ``[1, 1, 32, 1]``."""

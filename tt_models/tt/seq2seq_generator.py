@@ -197,8 +197,9 @@ class Seq2SeqGenerator(Generator):
         inputs = []
         for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
-            inputs.append(model.decoder.decode_inputs(tokens[rows], positions[rows], page_table[rows],
-                                                      cross_page_table[rows], encoder_lens[rows]))
+            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
+                inputs.append(model.decoder.decode_inputs(tokens[rows], positions[rows], page_table[rows],
+                                                          cross_page_table[rows], encoder_lens[rows]))
 
         def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
             return self.models[replica].decoder.decode_device(device_inputs, kv_cache[replica])

@@ -78,7 +78,8 @@ class LlamaForCausalLM(Generator):
         inputs = []
         for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
-            inputs.append(model.decode_inputs(tokens[rows], positions[rows], page_table[rows]))
+            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
+                inputs.append(model.decode_inputs(tokens[rows], positions[rows], page_table[rows]))
 
         def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
             return self.models[replica].decode_device(device_inputs, kv_cache[replica])

@@ -169,8 +169,9 @@ class MllamaForConditionalGeneration(Generator):
         inputs = []
         for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
-            inputs.append(model.text.decode_inputs(tokens[rows], positions[rows], page_table[rows],
-                                                   cross_page_table[rows], visible[rows], text_rows[rows]))
+            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
+                inputs.append(model.text.decode_inputs(tokens[rows], positions[rows], page_table[rows],
+                                                       cross_page_table[rows], visible[rows], text_rows[rows]))
 
         def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
             return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
