@@ -24,6 +24,7 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.text = ""
+        self.num_tokens = 0  # tokens stepped through
         self._ids: list[int] = []
         self._stream = None
         if tokenizer is not None and tokenizer.is_fast:
@@ -32,6 +33,7 @@ class IncrementalDetokenizer:
 
     def step(self, token_id: int) -> int:
         """Add a token; returns how many characters it added to ``text``."""
+        self.num_tokens += 1
         if self.tokenizer is None:
             return 0
         if self._stream is not None:

@@ -184,14 +184,14 @@ class KVBlockManager:
         """Free blocks that ``append_each(seq_ids)`` would take."""
         return sum(self._append_cost(self._resident_seq(seq_id), 1)[0] for seq_id in seq_ids)
 
-    def append_each(self, seq_ids: list[int]) -> list[tuple[int, int] | None]:
-        """One more token in each of the sequences (a decode step), all or none; returns each sequence's
-        copy-on-write as :meth:`append` does. (One call per step and pool: decode runs it for every sequence.)"""
+    def append_each(self, seq_ids: list[int]) -> list[tuple[int, int] | None] | None:
+        """One more token in each of the sequences (a decode step), all or none: None when the pool is short;
+        returns each sequence's copy-on-write as :meth:`append` does. (One call per step and pool: decode runs
+        it for every sequence.)"""
         seqs = [self._resident_seq(seq_id) for seq_id in seq_ids]
         costs = [self._append_cost(seq, 1) for seq in seqs]
-        need = sum(cost for cost, _ in costs)
-        if need > len(self._device.free):
-            raise RuntimeError(f"append to sequences {seq_ids}: needs {need} blocks, {self.num_free_blocks} free")
+        if sum(cost for cost, _ in costs) > len(self._device.free):
+            return None
         return [self._append(seq, 1, copy_last) for seq, (_, copy_last) in zip(seqs, costs)]
 
     def _append(self, seq: _Seq, num_tokens: int, copy_last: bool) -> tuple[int, int] | None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
@@ -76,6 +77,7 @@ class LLMEngine:
         self.encoder_inbox: Any = None
         self._pending: list[tuple[Sequence, int, Any]] = []  # sampled, not yet detokenized nor stop-checked
         self._seq_ids = itertools.count()
+        self._identity = list(range(self.config.max_num_seqs))  # rows of logits that need no picking
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
     @classmethod
@@ -170,7 +172,7 @@ class LLMEngine:
             launched = self.runner.launch(out, self.scheduler.kvs)
             outputs = self._commit()  # the previous step's tokens, while this one runs
             self.stats["decode_steps"] += 1
-            self._pending = self._sample(out, self.runner.collect(launched))
+            self._pending = self._sample(out, *self.runner.collect(launched))
             return outputs
         outputs = self._commit()
         out.scheduled = [(seq, tokens) for seq, tokens in out.scheduled if not seq.finished]  # stopped just now
@@ -178,42 +180,52 @@ class LLMEngine:
             if out.swap_out or out.swap_in:  # nothing to run this step, but the blocks moved
                 self.runner.execute_swaps(out)
             return outputs
-        logits = self.runner.execute(out, self.scheduler.kvs)
+        if out.is_prefill:
+            logits, model_rows = self.runner.execute(out, self.scheduler.kvs), None
+        else:
+            logits, model_rows = self.runner.collect(self.runner.launch(out, self.scheduler.kvs))
         self.stats["prefill_steps" if out.is_prefill else "decode_steps"] += 1
-        self._pending = self._sample(out, logits)
+        self._pending = self._sample(out, logits, model_rows)
         return self._merge(outputs, self._commit())
 
-    def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> list[tuple[Sequence, int, Any]]:
+    def _sample(self, out: SchedulerOutput, logits: torch.Tensor,
+                model_rows: np.ndarray | None = None) -> list[tuple[Sequence, int, Any]]:
         """Sample each sequence's next token and make it the sequence's next input; detokenizing and stop checks
-        are :meth:`_commit`'s. A step that completes a prompt (a prefill, or a decode step running a chunked
-        prompt's last token) forks the other ``n - 1`` sequences."""
-        now = time.monotonic()
+        are :meth:`_commit`'s. ``model_rows[i]``: the row of ``logits`` of the ``i``-th scheduled sequence (None:
+        row ``i``). A step that completes a prompt (a prefill, or a decode step running a chunked prompt's last
+        token) forks the other ``n - 1`` sequences."""
         rows: list[int] = []
         seqs: list[Sequence] = []
+        is_prefill = out.is_prefill
         for i, (seq, tokens) in enumerate(out.scheduled):
             if seq.finish_reason is not None:
                 continue  # it stopped (or was aborted) after this step was issued: its token is discarded
             seq.num_computed += tokens
             seq.redo_last_block = False
-            request = seq.request
-            if out.is_prefill:
-                request.encoder_cached = True
+            if is_prefill:
+                seq.request.encoder_cached = True
                 self.stats["prompt_tokens"] += tokens
-            if seq.num_computed < len(seq.token_ids):
-                continue  # a prefill chunk that is not the last
-            family = [seq]
+                if seq.num_computed < len(seq.token_ids):
+                    continue  # a prefill chunk that is not the last
+            request = seq.request
             if len(request.seqs) < request.params.n:  # the prompt is done: fork the other n - 1
-                family += [self._fork(seq, index) for index in range(1, request.params.n)]
-            rows += [i] * len(family)
-            seqs += family
+                family = [seq] + [self._fork(seq, index) for index in range(1, request.params.n)]
+                rows += [i] * len(family)
+                seqs += family
+            else:
+                rows.append(i)
+                seqs.append(seq)
         if not seqs:
             return []
-        if rows != list(range(len(logits))):  # forks repeat a row; finished chunks and stopped sequences drop rows
-            logits = logits[rows]
-        sampled = self.sampler.sample(logits, [s.state for s in seqs])
+        if model_rows is not None:
+            rows = model_rows[rows].tolist()
+        # Forks repeat a row; finished chunks, stopped sequences and other replicas' slots are rows left out.
+        sampled = self.sampler.sample(logits, [s.state for s in seqs], None if rows == self._identity[:len(logits)]
+                                      else rows)
         tokens = sampled.tokens.tolist()
+        now = time.monotonic()
         for seq, token in zip(seqs, tokens):
-            if seq.request.metrics.first_token_time is None:
+            if not seq.output_token_ids and seq.request.metrics.first_token_time is None:
                 seq.request.metrics.first_token_time = now
             seq.add_token(token)
         self.runner.append_tokens(seqs, tokens)

@@ -133,7 +133,8 @@ class ModelRunner:
         """Run the step (``kvs``: each replica's block manager); returns float32 logits ``[len(out.scheduled),
         vocab]`` at each row's last token."""
         if not out.is_prefill:
-            return self.collect(self.launch(out, kvs))
+            logits, rows = self.collect(self.launch(out, kvs))
+            return logits if rows is None else logits[torch.from_numpy(rows).long()]
         step = self._prepare(out, kvs)
         encoder_inputs = None
         if self.uses_cross:
@@ -162,15 +163,15 @@ class ModelRunner:
         self.batch.advance(step)
         return tt_out, step.rows
 
-    def collect(self, launched: tuple[Any, Any]) -> torch.Tensor:
-        """A launched decode step's logits, as :meth:`execute` returns them (waits for the device)."""
+    def collect(self, launched: tuple[Any, Any]) -> tuple[torch.Tensor, np.ndarray | None]:
+        """A launched decode step's float32 logits (waits for the device) and the row of each scheduled sequence in
+        them: None when they are the first rows in order (the logits are then exactly theirs). The caller picks
+        rows, so that a greedy batch spread over data-parallel slots is not copied out first."""
         tt_out, rows = launched
         logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))[:, 0, : self.vocab_size]
         if np.array_equal(rows, self._row_order[:len(rows)]):
-            logits = logits[:len(rows)]  # the rows from the first, in order: a view, no gather
-        else:
-            logits = logits[torch.from_numpy(rows).long()]
-        return logits.float()
+            return logits[:len(rows)].float(), None
+        return logits.float(), rows
 
     def _prepare(self, out: SchedulerOutput, kvs: list[Any]) -> Any:
         self.execute_swaps(out)

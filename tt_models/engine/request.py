@@ -13,7 +13,7 @@ import enum
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import ProcessedInputs
 from tt_models.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop
+from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop, check_stop_tokens
 
 
 class RequestStatus(enum.Enum):
@@ -37,16 +37,16 @@ class Sequence:
         self.num_computed = 0  # tokens whose K/V is in the cache
         self.redo_last_block = False  # its copy of a shared last block must be recomputed (copy-on-write)
         self.state = RowState(params, request.inputs.prompt_token_ids, eos_token_id=request.eos_token_id)
+        self.output_token_ids = self.state.output_token_ids  # the same list: the sampler's penalties read it
         self.detokenizer = detokenizer
-        self.text = ""
+        # Without stop strings no step needs the text: the detokenizer catches up when an output is built
+        # (every step for streamed outputs, once at the end for final ones), off the per-token path.
+        self.lazy_text = not params.stop
+        self._text = ""
         self.logprobs: list[dict[int, Logprob]] | None = [] if params.num_logprobs is not None else None
         self.cumulative_logprob = 0.0 if params.num_logprobs is not None else None
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self.state.output_token_ids
 
     @property
     def finished(self) -> bool:
@@ -59,7 +59,8 @@ class Sequence:
     @property
     def needs_prefill(self) -> bool:
         """A decode step runs exactly one token after a computed prefix; anything else is a prefill."""
-        return self.num_computed == 0 or self.num_uncomputed > 1 or self.redo_last_block
+        computed = self.num_computed  # (inline: the scheduler asks this of every sequence at every step)
+        return computed == 0 or len(self.token_ids) - computed > 1 or self.redo_last_block
 
     def append_token(self, token_id: int, logprobs: TokenLogprobs | None) -> None:
         """Record a sampled token, detokenize it and check whether the sequence is done."""
@@ -73,19 +74,38 @@ class Sequence:
         self.output_token_ids.append(token_id)
 
     def commit_token(self, token_id: int, logprobs: TokenLogprobs | None) -> None:
-        """Detokenize the token :meth:`add_token` added last, record its logprobs and check stops."""
-        added = self.detokenizer.step(token_id)
+        """Detokenize the token :meth:`add_token` added last (unless the text is built lazily), record its logprobs
+        and check stops."""
         if logprobs is not None:
             self.cumulative_logprob += logprobs.logprob
             entry = {tok: Logprob(lp, rank + 1, self.detokenizer.decode_token(tok))
                      for rank, (tok, lp) in enumerate(logprobs.top)}
             entry[token_id] = Logprob(logprobs.logprob, logprobs.rank, self.detokenizer.decode_token(token_id))
             self.logprobs.append(entry)
+        if self.lazy_text:
+            stop = check_stop_tokens(self.output_token_ids, self.state.params, self.request.eos_token_id)
+            if stop is not None:
+                self.finish_reason, self.stop_reason = stop
+            return
+        added = self.detokenizer.step(token_id)
         stop = check_stop(self.output_token_ids, self.detokenizer.text, self.state.params, self.request.eos_token_id,
                           new_text_len=added)
-        self.text = stop.text
+        self._text = stop.text
         if stop.finished:
             self.finish_reason, self.stop_reason = stop.reason, stop.stop_reason
+
+    @property
+    def text(self) -> str:
+        """The output text, cut as vLLM returns it (a stop token's own text left out unless asked for)."""
+        if not self.lazy_text:
+            return self._text
+        end = len(self.output_token_ids)
+        if self.finish_reason == "stop" and not self.state.params.include_stop_str_in_output:
+            end -= 1
+        detokenizer = self.detokenizer
+        for token_id in self.output_token_ids[detokenizer.num_tokens:end]:
+            detokenizer.step(token_id)
+        return detokenizer.text
 
     def completion(self) -> CompletionOutput:
         return CompletionOutput(self.index, self.text, list(self.output_token_ids), self.cumulative_logprob,

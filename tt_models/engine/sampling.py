@@ -368,11 +368,17 @@ class Sampler:
             self.rules.timestamps.apply(logits, rows)
         return logits
 
-    def sample(self, logits: torch.Tensor, rows: Sequence[RowState]) -> SamplerOutput:
-        """Pick one token per row of ``logits [B, V]``; the input tensor is left unchanged."""
-        assert logits.dim() == 2 and logits.shape[0] == len(rows)
+    def sample(self, logits: torch.Tensor, rows: Sequence[RowState],
+               index: Sequence[int] | None = None) -> SamplerOutput:
+        """Pick one token per state in ``rows``: from row ``index[i]`` of ``logits [B, V]`` for state ``i`` (None:
+        row ``i``, ``B == len(rows)``); the input tensor is left unchanged."""
+        assert logits.dim() == 2 and (logits.shape[0] == len(rows) if index is None else len(index) == len(rows))
         if self.rules.is_empty and all(r.plain_greedy for r in rows):  # one pass over the logits, no copy
-            return SamplerOutput(argmax(logits), [None] * len(rows))
+            if index is None:
+                return SamplerOutput(argmax(logits), [None] * len(rows))
+            return SamplerOutput(argmax(logits)[index], [None] * len(rows))
+        if index is not None:
+            logits = logits[index]
         want_logprobs = any(r.params.num_logprobs is not None for r in rows)
         raw_logprobs = logits.log_softmax(dim=-1, dtype=torch.float32) if want_logprobs else None
         logits = self.process(logits, rows)
@@ -537,6 +543,22 @@ def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
     return out
 
 
+def check_stop_tokens(token_ids: Sequence[int], params: SamplingParams,
+                      eos_token_id: int | None) -> tuple[Literal["stop", "length"], int | None] | None:
+    """The scheduler's token checks of :func:`check_stop` alone: ``(finish reason, stop reason)`` or None."""
+    n = len(token_ids)
+    if n < params.min_tokens:
+        return None
+    last = token_ids[-1]
+    if last == eos_token_id and not params.ignore_eos and eos_token_id is not None:
+        return "stop", None
+    if last in params.stop_token_ids:
+        return "stop", last
+    if params.max_tokens is not None and n >= params.max_tokens:
+        return "length", None
+    return None
+
+
 class StopCheck(NamedTuple):
     finished: bool
     reason: Literal["stop", "length"] | None  # vLLM's finish_reason
@@ -560,18 +582,9 @@ def check_stop(token_ids: Sequence[int], text: str, params: SamplingParams, eos_
     """
     new = len(text) if new_text_len is None else new_text_len
     n = len(token_ids)
-    reason: Literal["stop", "length"] | None = None
-    stop_reason: int | str | None = None
-    if n >= params.min_tokens:
-        last = token_ids[-1]
-        if not params.ignore_eos and eos_token_id is not None and last == eos_token_id:
-            reason = "stop"
-        elif last in params.stop_token_ids:
-            reason, stop_reason = "stop", last
-        elif params.max_tokens is not None and n >= params.max_tokens:
-            reason = "length"
-        if reason == "stop" and not params.include_stop_str_in_output:
-            text, new = text[:len(text) - new], 0
+    reason, stop_reason = check_stop_tokens(token_ids, params, eos_token_id) or (None, None)
+    if reason == "stop" and not params.include_stop_str_in_output:
+        text, new = text[:len(text) - new], 0
     if params.stop and new and n > params.min_tokens:
         for stop_str in params.stop:
             # vLLM's check_stop_strings: a match must end inside the new characters.

@@ -246,6 +246,9 @@ class Scheduler:
         """The usual decode step: every pool holds the next token of all its running sequences, so nothing is
         preempted and each pool appends them in one call. None (nothing changed) when a pool is short."""
         seqs = [seq for request in self.running for seq in request.live_seqs]
+        if len(self.kvs) == 1:
+            copies = self.kvs[0].append_each([seq.seq_id for seq in seqs])
+            return None if copies is None else self._decoding(seqs, copies)
         by_replica: dict[int, list[int]] = {}
         for seq in seqs:
             by_replica.setdefault(seq.request.replica, []).append(seq.seq_id)
