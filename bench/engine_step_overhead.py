@@ -34,6 +34,7 @@ from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 
 BATCH = 32  # one 32-row decode tile: the engine's maximum max_num_seqs
+SPIN_S = 0.5e-3  # the simulated device wait polls for its last half millisecond
 
 
 class NoWorkGenerator:
@@ -75,9 +76,14 @@ class NoWorkGenerator:
         return self._next()
 
     def read_decode_output(self, out: torch.Tensor) -> torch.Tensor:
-        wait = self.ready_at - time.perf_counter()
+        """Wait for the output as a device read does: by polling (TT's runtime polls its completion queue), after
+        a sleep that ends short of it (a sleep alone would add the OS's wake-up delay, a few hundred µs on a
+        loaded machine, to every step)."""
+        wait = self.ready_at - time.perf_counter() - SPIN_S
         if wait > 0:
             time.sleep(wait)
+        while time.perf_counter() < self.ready_at:
+            pass
         return out
 
     def process_decode_output_host(self, out: torch.Tensor) -> torch.Tensor:

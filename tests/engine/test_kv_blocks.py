@@ -60,6 +60,20 @@ def test_append_takes_a_block_at_each_boundary():
     assert len(m.self_table(0)) == ceil_div(4 + 1 + 3 + 1 + 8, 4)
 
 
+def test_append_each_is_all_or_none():
+    m = KVBlockManager(num_blocks=4, block_size=4)
+    m.allocate("a", [0], prompt_len=4)
+    m.allocate("b", [1], prompt_len=4)
+    tables = m.self_table(0), m.self_table(1)
+    m.allocate("c", [2], prompt_len=4)  # one block left: two sequences at a block boundary need two
+    assert m.blocks_to_append([0, 1]) == 2
+    assert m.append_each([0, 1]) is None
+    assert (m.self_table(0), m.self_table(1)) == tables and m.num_free_blocks == 1
+    m.free(2)
+    assert m.append_each([0, 1]) == [None, None]
+    assert [len(m.self_table(s)) for s in (0, 1)] == [2, 2] and m.num_free_blocks == 0
+
+
 def test_fork_shares_and_append_copies_the_shared_partial_block():
     m = KVBlockManager(num_blocks=8, block_size=4)
     m.allocate("r", [0], prompt_len=6)
