@@ -216,7 +216,7 @@ class TimestampRules:
         if not index:
             return
         begin = self.timestamp_begin
-        sub = logits[index] if len(index) < len(rows) else logits
+        sub = take_rows(logits, index) if len(index) < len(rows) else logits
         vocab = torch.arange(sub.shape[1])
         history = torch.tensor([rows[i].timestamp_history(begin) for i in index], dtype=torch.int64)
         last_ts, penultimate_ts, lowest, first = (history[:, k, None] for k in range(4))
@@ -235,7 +235,7 @@ class TimestampRules:
         best_text = logprobs[:, :begin].max(dim=-1).values
         sub[:, :begin].masked_fill_((timestamp_mass > best_text)[:, None], -math.inf)
         if sub is not logits:
-            logits[index] = sub
+            logits.index_copy_(0, torch.tensor(index), sub)
 
 
 @dataclass(frozen=True)
@@ -378,16 +378,40 @@ class Sampler:
                 return SamplerOutput(argmax(logits), [None] * len(rows))
             return SamplerOutput(argmax(logits)[index], [None] * len(rows))
         if index is not None:
-            logits = logits[index]
-        want_logprobs = any(r.params.num_logprobs is not None for r in rows)
-        raw_logprobs = logits.log_softmax(dim=-1, dtype=torch.float32) if want_logprobs else None
+            logits = take_rows(logits, index)
+        # Rows that take the argmax of their logits as they are skip the rest (and its copy of their logits).
+        plain = [i for i, r in enumerate(rows) if r.plain_greedy] if self.rules.is_empty else []
+        if not plain:
+            return self._sample(logits, rows)
+        tokens = torch.empty(len(rows), dtype=torch.int64)
+        tokens[plain] = argmax(take_rows(logits, plain))
+        rest = [i for i, r in enumerate(rows) if not r.plain_greedy]
+        sampled = self._sample(take_rows(logits, rest), [rows[i] for i in rest])
+        tokens[rest] = sampled.tokens
+        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
+        for i, lp in zip(rest, sampled.logprobs):
+            logprobs[i] = lp
+        return SamplerOutput(tokens, logprobs)
+
+    def _sample(self, logits: torch.Tensor, rows: Sequence[RowState]) -> SamplerOutput:
+        want = [i for i, r in enumerate(rows) if r.params.num_logprobs is not None]
+        # Raw logprobs of the rows that asked for them, before any processing.
+        raw_logprobs = take_rows(logits, want).log_softmax(dim=-1, dtype=torch.float32) if want else None
         logits = self.process(logits, rows)
         tokens = argmax(logits)
         random = [i for i, r in enumerate(rows) if not r.params.greedy]
         if random:
-            tokens[random] = _random_sample(logits[random], [rows[i] for i in random])
-        logprobs = _gather_logprobs(raw_logprobs, tokens, rows) if raw_logprobs is not None else [None] * len(rows)
+            tokens[random] = _random_sample(take_rows(logits, random), [rows[i] for i in random])
+        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
+        if want:
+            for i, lp in zip(want, _gather_logprobs(raw_logprobs, tokens[want], [rows[i] for i in want])):
+                logprobs[i] = lp
         return SamplerOutput(tokens, logprobs)
+
+
+def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+    """``x[rows]`` by ``index_select``: a copy per row, 5x faster than indexing by a list over ``[B, V]``."""
+    return x.index_select(0, torch.tensor(rows, dtype=torch.int64))
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -479,32 +503,39 @@ def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tens
 
     tokens = torch.empty(len(rows), dtype=torch.int64)
     whole = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size]
-    for i in (i for i, x in enumerate(params) if 0 < x.top_k < vocab_size):
-        values, ids = _top_k(logits[i], params[i].top_k)
+    limited = [i for i, x in enumerate(params) if 0 < x.top_k < vocab_size]
+    for i, (values, ids) in zip(limited, _top_k(take_rows(logits, limited), [params[i].top_k for i in limited])):
         if params[i].top_p < 1:
             values = _apply_top_p(values[None], torch.tensor([params[i].top_p]))[0]
         uniform = torch.rand(1, 1, generator=rows[i].generator)
         tokens[i] = ids[_invert(values.softmax(dim=-1).cumsum(dim=-1)[None], uniform)[0]]
     if whole:
         top_p = torch.tensor([params[i].top_p for i in whole], dtype=torch.float32)
-        kept = logits[whole]
+        kept = take_rows(logits, whole)
         if (top_p < 1).any():
             kept = _apply_top_p(kept, top_p)
         cdf = kept.softmax(dim=-1).cumsum(dim=-1)
         unseeded = [j for j, i in enumerate(whole) if rows[i].generator is None]
         if unseeded:
-            tokens[[whole[j] for j in unseeded]] = _invert(cdf[unseeded], torch.rand(len(unseeded), 1))
+            tokens[[whole[j] for j in unseeded]] = _invert(take_rows(cdf, unseeded), torch.rand(len(unseeded), 1))
         for j, i in enumerate(whole):
             if rows[i].generator is not None:
                 tokens[i] = _invert(cdf[j:j + 1], torch.rand(1, 1, generator=rows[i].generator))[0]
     return tokens
 
 
-def _top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A row's logits >= its k-th largest (ties kept, as vLLM's top-k mask keeps them), largest first, with ids."""
-    values, ids = logits.topk(k)
-    ties = int((logits >= values[-1]).sum())
-    return logits.topk(ties) if ties > k else (values, ids)
+def _top_k(logits: torch.Tensor, ks: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each row's logits >= its k-th largest (ties kept, as vLLM's top-k mask keeps them), largest first, with
+    their ids: one top-k at the largest k over all the rows, one count of each row's ties."""
+    if not ks:
+        return []
+    values, ids = logits.topk(max(ks), dim=-1)
+    kth = values[torch.arange(len(ks)), torch.tensor(ks) - 1]
+    counts = (logits >= kth[:, None]).sum(dim=-1).tolist()
+    out = []
+    for row, (k, count) in enumerate(zip(ks, counts)):
+        out.append(logits[row].topk(count) if count > max(ks) else (values[row, :count], ids[row, :count]))
+    return out
 
 
 def _invert(cdf: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
