@@ -6,9 +6,10 @@ detokenization with SmolLM2's real tokenizer, stop checks, outputs) drives a sta
 changing text). Decode steps are timed apart from prefill: the engine thread's CPU time per step (its host
 work, which other processes on a shared machine do not inflate) with a breakdown by engine part, and the wall
 time. Cases: greedy requests whose outputs come when they finish (``LLM.generate``) or every step (the server's
-streams), and a batch of mixed sampling parameters. Then the overlap case: the stand-in holds its output back
-until ``--latency-ms`` after ``decode_forward`` (a device computing meanwhile), and the engine runs with and
-without ``async_decode``; and a sweep over data-parallel replica counts. The peers, measured in the same run:
+streams), greedy sampled on the device (``sample_on_device``: the stand-in hands back its winners), and a batch
+of mixed sampling parameters. Then the overlap case: the stand-in holds its output back until ``--latency-ms``
+after ``decode_forward`` (a device computing meanwhile), and the engine runs with and without ``async_decode``
+(and sampling on the device); and a sweep over data-parallel replica counts. The peers, measured in the same run:
 numpy's argmax over ``[batch, vocab]`` float32 logits (greedy sampling's core), a bf16 -> float32 conversion of
 such logits (what a model's output processing costs the host, not counted above), and the real SmolLM2 host
 decode step at the same batch (a short run, ``--real-steps``).
@@ -42,7 +43,9 @@ class NoWorkGenerator:
     background (a spread like a real model's, so top-k and top-p have real work to do) with each row's winner a
     clear maximum that changes every step. It is rewritten in place, so it is warm in the cache as a real model's
     logits are right after its own output conversion (bf16 device logits to float32, the model's work, timed
-    apart as a peer)."""
+    apart as a peer). With ``sampling_params`` (greedy, sampled on the device) it hands back the winners instead."""
+
+    model_capabilities = {"supports_sample_on_device": True}
 
     def __init__(self, vocab_size: int, winners: list[int], latency_s: float = 0.0, cycle: int = 8) -> None:
         self.latency_s = latency_s  # a device's decode time: the output is ready this long after decode_forward
@@ -55,6 +58,7 @@ class NoWorkGenerator:
         self.winners = [(rows * vocab_size + torch.tensor([winners[(t + row) % len(winners)]
                                                             for row in range(BATCH)])).numpy()
                         for t in range(cycle)]
+        self.tokens = [torch.from_numpy(w % vocab_size) for w in self.winners]  # what the device would sample
         self.calls = 0
 
     def _next(self) -> torch.Tensor:
@@ -71,8 +75,11 @@ class NoWorkGenerator:
     def prefill_forward(self, *, tokens: torch.Tensor, **_: Any) -> torch.Tensor:
         return self._next()[: tokens.shape[0]]
 
-    def decode_forward(self, **_: Any) -> torch.Tensor:
+    def decode_forward(self, sampling_params: Any = None, **_: Any) -> torch.Tensor:
         self.ready_at = time.perf_counter() + self.latency_s
+        if sampling_params is not None:
+            self.calls += 1
+            return self.tokens[self.calls % len(self.tokens)]
         return self._next()
 
     def read_decode_output(self, out: torch.Tensor) -> torch.Tensor:
@@ -86,7 +93,7 @@ class NoWorkGenerator:
             pass
         return out
 
-    def process_decode_output_host(self, out: torch.Tensor) -> torch.Tensor:
+    def process_decode_output_host(self, out: torch.Tensor, is_tokens: bool = False) -> torch.Tensor:
         return out
 
 
@@ -192,6 +199,7 @@ def report(title: str, run: Run) -> float:
     rest = sum(steps) - sum(parts[k] for k in ("schedule", "launch", "collect", "sample", "commit"))
     breakdown = [("scheduler.schedule", parts["schedule"]),
                  ("runner.launch (input batch, contract args, decode_forward)", parts["launch"]),
+                 ("  of which the stand-in model's decode_forward", parts["model"]),
                  ("runner.collect (read the output, logits rows)", parts["collect"]),
                  ("engine._sample (sampler, tokens into the batch)", parts["sample"]),
                  ("  of which sampler.sample", parts["sampler"]),
@@ -223,26 +231,27 @@ def main() -> None:
           f"{args.max_tokens} tokens per request, torch threads {torch.get_num_threads()}")
 
     medians = {}
-    cases = (("greedy, outputs when finished (as LLM.generate asks)", False, RequestOutputKind.FINAL_ONLY),
-             ("greedy, cumulative outputs every step (as the server streams)", False, RequestOutputKind.CUMULATIVE),
-             ("mixed sampling parameters, outputs when finished", True, RequestOutputKind.FINAL_ONLY))
-    for name, mixed, kind in cases:
-        engine = no_work_engine(checkpoint, args, winners)
+    final, cumulative = RequestOutputKind.FINAL_ONLY, RequestOutputKind.CUMULATIVE
+    cases = (("greedy, outputs when finished (as LLM.generate asks)", False, final, False),
+             ("greedy, cumulative outputs every step (as the server streams)", False, cumulative, False),
+             ("greedy sampled on the device (tokens come back), outputs when finished", False, final, True),
+             ("mixed sampling parameters, outputs when finished", True, final, False))
+    for name, mixed, kind, on_device in cases:
+        engine = no_work_engine(checkpoint, args, winners, sample_on_device=on_device)
         medians[name] = report(name, run_decode(engine, prompts, args.max_tokens, mixed, kind))
         engine.close()
     greedy = medians[cases[0][0]]
 
     latency = args.latency_ms / 1e3
-    overlap = {}
-    for async_decode in (False, True):
-        engine = no_work_engine(checkpoint, args, winners, latency_s=latency, async_decode=async_decode)
-        overlap[async_decode] = statistics.mean(run_decode(engine, prompts, min(args.max_tokens, 64)).wall)
-        engine.close()
     print(f"\noverlap: the model's output ready {args.latency_ms:g} ms after decode_forward (greedy, cumulative "
           "outputs)")
-    for async_decode, mean_s in overlap.items():
-        print(f"  async_decode={async_decode!s:<5}  mean step {mean_s * 1e3:7.2f} ms  "
-              f"(the simulated device time + {(mean_s - latency) * 1e6:7.1f} µs)")
+    for async_decode, on_device in ((False, False), (True, False), (True, True)):
+        engine = no_work_engine(checkpoint, args, winners, latency_s=latency, async_decode=async_decode,
+                                sample_on_device=on_device)
+        mean_s = statistics.mean(run_decode(engine, prompts, min(args.max_tokens, 64)).wall)
+        engine.close()
+        print(f"  async_decode={async_decode!s:<5} sample_on_device={on_device!s:<5} mean step {mean_s * 1e3:7.2f} "
+              f"ms  (the simulated device time + {(mean_s - latency) * 1e6:7.1f} µs)")
 
     print("\ndata-parallel replicas (greedy, no-work model, batch 32 shared by the replicas)")
     for replicas in (1, 2, 4):

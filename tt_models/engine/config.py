@@ -82,6 +82,8 @@ class EngineConfig:
     KV sizes (``num_kv_blocks``, ``num_host_kv_blocks``) are per replica: each has its own pools.
     ``async_decode``: issue each decode step before detokenizing the previous one's tokens (see
     ``LLMEngine.step``): the same outputs, the host's per-token work hidden behind the device's.
+    ``sample_on_device``: decode steps whose sequences are all plain greedy sample on the device (the model's
+    ``supports_sample_on_device``): the device hands back 32 tokens instead of ``[32, V]`` logits.
     """
 
     max_num_seqs: int = 32
@@ -95,6 +97,7 @@ class EngineConfig:
     max_num_waiting: int | None = None
     data_parallel_size: int = 1
     async_decode: bool = False
+    sample_on_device: bool = False
 
     def resolve(self, hf_config: PretrainedConfig, max_encoder_len: int) -> EngineConfig:
         """Fill in the defaults and check the values against the model; raises ValueError naming the problem."""
@@ -135,4 +138,4 @@ class EngineConfig:
             num_host_kv_blocks=num_kv_blocks if self.num_host_kv_blocks is None else self.num_host_kv_blocks,
             max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
             preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas,
-            async_decode=self.async_decode)
+            async_decode=self.async_decode, sample_on_device=self.sample_on_device)

@@ -69,9 +69,16 @@ class LLMEngine:
         rules = (LogitsRules.from_generation_config(checkpoint.generation_config)
                  if checkpoint.generation_config is not None else None)
         self.sampler = Sampler(rules)
+        # Greedy decode steps sample on the device when asked and the model can (TT vLLM's sample_on_device_mode:
+        # tokens, not [B, V] logits, come back); the model's logits rules (Whisper's) need the host.
+        self.sample_on_device = config.sample_on_device and self.sampler.rules.is_empty
         self.scheduler = Scheduler(self.config)
         self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
                                   generator=generator, mesh_shape=mesh_shape)
+        capabilities = getattr(type(self.runner.model), "model_capabilities", {})
+        if config.sample_on_device and not capabilities.get("supports_sample_on_device"):
+            raise ValueError(f"sample_on_device: {type(self.runner.model).__name__} does not declare "
+                             "supports_sample_on_device")
         self.requests: dict[str, Request] = {}
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
@@ -169,7 +176,7 @@ class LLMEngine:
         for seq in out.preempted:
             self.runner.remove(seq)
         if out.scheduled and not out.is_prefill and self.config.async_decode:
-            launched = self.runner.launch(out, self.scheduler.kvs)
+            launched = self.runner.launch(out, self.scheduler.kvs, self._on_device(out))
             outputs = self._commit()  # the previous step's tokens, while this one runs
             self.stats["decode_steps"] += 1
             self._pending = self._sample(out, *self.runner.collect(launched))
@@ -183,17 +190,23 @@ class LLMEngine:
         if out.is_prefill:
             logits, model_rows = self.runner.execute(out, self.scheduler.kvs), None
         else:
-            logits, model_rows = self.runner.collect(self.runner.launch(out, self.scheduler.kvs))
+            logits, model_rows = self.runner.collect(self.runner.launch(out, self.scheduler.kvs,
+                                                                        self._on_device(out)))
         self.stats["prefill_steps" if out.is_prefill else "decode_steps"] += 1
         self._pending = self._sample(out, logits, model_rows)
         return self._merge(outputs, self._commit())
 
+    def _on_device(self, out: SchedulerOutput) -> bool:
+        """Whether this decode step's tokens are sampled on the device: with ``sample_on_device``, when every
+        sequence takes the plain argmax (the device's greedy sampling gives the host's tokens)."""
+        return self.sample_on_device and all(seq.state.plain_greedy for seq, _ in out.scheduled)
+
     def _sample(self, out: SchedulerOutput, logits: torch.Tensor,
                 model_rows: np.ndarray | None = None) -> list[tuple[Sequence, int, Any]]:
         """Sample each sequence's next token and make it the sequence's next input; detokenizing and stop checks
-        are :meth:`_commit`'s. ``model_rows[i]``: the row of ``logits`` of the ``i``-th scheduled sequence (None:
-        row ``i``). A step that completes a prompt (a prefill, or a decode step running a chunked prompt's last
-        token) forks the other ``n - 1`` sequences."""
+        are :meth:`_commit`'s. ``logits [B, V]``, or the tokens ``[B]`` the device sampled; ``model_rows[i]``: the
+        row of the ``i``-th scheduled sequence in them (None: row ``i``). A step that completes a prompt (a
+        prefill, or a decode step running a chunked prompt's last token) forks the other ``n - 1`` sequences."""
         rows: list[int] = []
         seqs: list[Sequence] = []
         is_prefill = out.is_prefill
@@ -219,17 +232,19 @@ class LLMEngine:
             return []
         if model_rows is not None:
             rows = model_rows[rows].tolist()
-        # Forks repeat a row; finished chunks, stopped sequences and other replicas' slots are rows left out.
-        sampled = self.sampler.sample(logits, [s.state for s in seqs], None if rows == self._identity[:len(logits)]
-                                      else rows)
-        tokens = sampled.tokens.tolist()
+        if logits.dim() == 1:  # sampled on the device
+            tokens, logprobs = logits[rows].tolist(), [None] * len(seqs)
+        else:  # forks repeat a row; finished chunks, stopped sequences and other replicas' slots are rows left out
+            sampled = self.sampler.sample(logits, [s.state for s in seqs],
+                                          None if rows == self._identity[:len(logits)] else rows)
+            tokens, logprobs = sampled.tokens.tolist(), sampled.logprobs
         now = time.monotonic()
         for seq, token in zip(seqs, tokens):
             if not seq.output_token_ids and seq.request.metrics.first_token_time is None:
                 seq.request.metrics.first_token_time = now
             seq.add_token(token)
         self.runner.append_tokens(seqs, tokens)
-        return list(zip(seqs, tokens, sampled.logprobs))
+        return list(zip(seqs, tokens, logprobs))
 
     def _commit(self) -> list[RequestOutput]:
         """Detokenize the sampled tokens and check stops: finished sequences and requests give back their blocks."""

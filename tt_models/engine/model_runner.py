@@ -8,6 +8,7 @@ input batch in step with the scheduler's sequences, and turns each step into one
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,9 @@ class ModelRunner:
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
         self._row_order = np.arange(config.max_num_seqs)
         self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
+        # TT vLLM's per-row sampling parameters for a step sampled greedily on the device.
+        self._greedy = SimpleNamespace(temperature=[0.0] * config.max_num_seqs, top_k=[1] * config.max_num_seqs,
+                                       top_p=[1.0] * config.max_num_seqs)
 
     def close(self) -> None:
         if self.device is not None:
@@ -148,11 +152,13 @@ class ModelRunner:
         self.batch.advance(step)
         return logits[:, 0, : self.vocab_size].float()
 
-    def launch(self, out: SchedulerOutput, kvs: list[Any]) -> tuple[Any, Any]:
+    def launch(self, out: SchedulerOutput, kvs: list[Any], on_device: bool = False) -> tuple[Any, Any, bool]:
         """Issue a decode step without reading its output (``read_from_device=False``): on a device the host is free
-        until :meth:`collect`."""
+        until :meth:`collect`. ``on_device``: every row is sampled greedily on the device (tokens come back)."""
         step = self._prepare(out, kvs)
         kwargs = self.batch.decode_kwargs(step)
+        if on_device:
+            kwargs["sampling_params"] = self._greedy
         if self.image_text:
             masks = [(None, None)] * self.config.max_num_seqs
             for seq, _ in out.scheduled:
@@ -161,13 +167,17 @@ class ModelRunner:
                           full_text_row_masked_out_mask=[m[1] for m in masks])
         tt_out = self.model.decode_forward(**kwargs, kv_cache=self.kv_cache, read_from_device=False)
         self.batch.advance(step)
-        return tt_out, step.rows
+        return tt_out, step.rows, on_device
 
-    def collect(self, launched: tuple[Any, Any]) -> tuple[torch.Tensor, np.ndarray | None]:
-        """A launched decode step's float32 logits (waits for the device) and the row of each scheduled sequence in
-        them: None when they are the first rows in order (the logits are then exactly theirs). The caller picks
-        rows, so that a greedy batch spread over data-parallel slots is not copied out first."""
-        tt_out, rows = launched
+    def collect(self, launched: tuple[Any, Any, bool]) -> tuple[torch.Tensor, np.ndarray | None]:
+        """A launched decode step's float32 logits ``[B, V]``, or its tokens ``[B]`` when sampled on the device
+        (waits for the device), and the row of each scheduled sequence in them: None when they are the first rows
+        in order (the logits are then exactly theirs). The caller picks rows, so that a greedy batch spread over
+        data-parallel slots is not copied out first."""
+        tt_out, rows, on_device = launched
+        if on_device:
+            tokens = self.model.process_decode_output_host(self.model.read_decode_output(tt_out), is_tokens=True)
+            return torch.as_tensor(tokens).reshape(-1).long(), rows
         logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))[:, 0, : self.vocab_size]
         if np.array_equal(rows, self._row_order[:len(rows)]):
             return logits[:len(rows)].float(), None

@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--async-decode", action="store_true",
                        help="issue each decode step before detokenizing the previous one (hides host work behind the "
                             "device's; same outputs)")
+    serve.add_argument("--sample-on-device", action="store_true",
+                       help="decode steps of greedy requests sample on the device: 32 tokens come back instead of "
+                            "[32, vocab] logits (same tokens)")
     serve.add_argument("--max-num-waiting", type=int,
                        help="waiting requests per model beyond which new ones get 503 (default: unlimited)")
     serve.add_argument("--optimizations", choices=["accuracy", "performance"],
@@ -87,7 +90,7 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, block_size=args.block_size,
                           num_kv_blocks=args.num_kv_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_num_waiting=args.max_num_waiting, data_parallel_size=args.data_parallel_size,
-                          async_decode=args.async_decode)
+                          async_decode=args.async_decode, sample_on_device=args.sample_on_device)
     role = getattr(args, "role", "both")
     if (role != "both") != bool(getattr(args, "broker", None)):
         raise SystemExit("--broker redis://HOST:PORT is what --role encode / prefill_decode need, and only they")
