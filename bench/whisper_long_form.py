@@ -1,6 +1,6 @@
 """Long-form transcription against HF transformers' own long-form ``generate`` (sequential seek, float32) on the
 same weights and audio: the recording of tests/speech (pieces of the real call and espeak-ng sentences at known
-places, 1.5 s pauses, a -60 dBFS noise floor; about 2.5 minutes, or 55 s with --short; as 16-bit WAV samples, as
+places, 1.5 s pauses, a -60 dBFS noise floor; about 4 minutes, or 55 s with --short; as 16-bit WAV samples, as
 the tests send it). Prints both WERs, each piece's boundary offsets (the engine's segments with the default
 vad=True, Whisper's own timestamps read from the same segments' tokens, and HF's), and the engine's segments.
 

@@ -44,6 +44,20 @@ SENTENCES = (
     "The pilot announced that the flight would land twenty minutes early.",
     "Fresh vegetables from the farm taste much better than frozen ones.",
     "Remember to lock the front door and switch off the lights when you leave.",
+    "The bakery on the corner sells warm bread every morning at six.",
+    "Please remember to water the plants while we are away on holiday.",
+    "The bus was late again, so I walked to work in the rain.",
+    "Our neighbours have a friendly dog that barks at the postman.",
+    "The concert starts at eight, but the doors open an hour earlier.",
+    "I left my keys on the kitchen table next to the coffee cups.",
+    "The students finished their science project just before the deadline.",
+    "We watched the sunset from the top of the hill last night.",
+    "The shop across the street is closed for repairs until next week.",
+    "My grandmother makes the best apple pie in the whole village.",
+    "The meeting has been moved to Thursday because the manager is away.",
+    "Put the milk back in the fridge when you have finished with it.",
+    "The farmer sold fresh eggs and honey at the market on Saturday.",
+    "Bring a warm jacket with you, because it gets cold in the evening.",
 )
 # The call's pieces: runs of its STM segments (start of the first, end of the last), each cut where the STM has a
 # gap between speakers, 1.5-4.4 s of speech each.
@@ -51,9 +65,11 @@ CALL_PIECES = ((6.68, 9.798), (9.838, 14.184), (14.444, 17.769), (17.789, 21.475
                (24.058, 28.425), (28.445, 29.987))
 # Recordings: call pieces (by index) and sentences (by "s" index) in this order, a pause before each.
 LAYOUT = (0, "s0", 1, 2, "s1", 3, 4, "s2", 5, 6, "s3")  # about 55 s, two windows
-# About 2.5 minutes, six windows: every sentence once and the call's pieces twice, between them.
+# About 4 minutes (244 s), nine windows: every sentence once and the call's pieces three times, between them.
 LONG_LAYOUT = (0, "s0", 1, "s4", 2, "s1", "s5", 3, 4, "s2", "s6", 5, 6, "s3", "s7",
-               "s8", 0, 1, "s9", 2, "s10", 3, "s11", "s12", 4, 5, "s13", "s14", 6, "s15")
+               "s8", 0, 1, "s9", 2, "s10", 3, "s11", "s12", 4, 5, "s13", "s14", 6, "s15",
+               "s16", 0, "s17", 1, "s18", "s19", 2, "s20", 3, "s21", "s22", 4, "s23", 5, "s24", "s25", 6, "s26",
+               "s27", "s28", "s29")
 PAUSE = 1.5  # seconds of pause before each piece and after the last
 SPEECH_FLOOR = 0.01  # espeak's silence is exact zeros; speech is far above this
 NOISE_DBFS = -60.0  # a floor of white noise over the whole recording (seeded), so no pause is digital silence

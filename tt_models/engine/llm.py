@@ -101,15 +101,21 @@ class LLM:
     def transcribe(self, audio: Any, *, language: str | None = None,
                    task: Literal["transcribe", "translate"] = "transcribe", timestamps: bool = False,
                    condition_on_previous_text: bool = False, prompt: str | None = None,
-                   temperature: float = 0.0, vad: bool = True) -> Transcript:
+                   temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+                   compression_ratio_threshold: float | None = 2.4, logprob_threshold: float | None = -1.0,
+                   no_speech_threshold: float | None = 0.6, vad: bool = True) -> Transcript:
         """Transcribe (or translate to English) one audio of any length with a Whisper model: ``(waveform, rate)``,
         a 16 kHz waveform or the bytes of an audio file. Long audio is cut into windows of at most 30 s that run
         as one batch of engine requests (``tt_models.speech``); ``timestamps`` gives timed segments, whose times
-        ``vad`` moves in to their speech. Without a ``language`` a multilingual model detects it. Raises ValueError
-        for bad audio, language or task."""
+        ``vad`` moves in to their speech. Without a ``language`` a multilingual model detects it. A window whose
+        text fails the thresholds is decoded again at the next of the ``temperature`` tuple (openai-whisper's
+        fallback and defaults; one temperature: no fallback). Raises ValueError for bad audio, language, task or
+        temperature."""
         return self.transcribe_batch([audio], language=language, task=task, timestamps=timestamps,
                                      condition_on_previous_text=condition_on_previous_text, prompt=prompt,
-                                     temperature=temperature, vad=vad)[0]
+                                     temperature=temperature, compression_ratio_threshold=compression_ratio_threshold,
+                                     logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
+                                     vad=vad)[0]
 
     def transcribe_batch(self, audios: Sequence[Any], **options: Any) -> list[Transcript]:
         """:meth:`transcribe` for many audios at once, their windows batched together; every audio is checked

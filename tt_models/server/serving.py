@@ -27,15 +27,16 @@ def new_id(prefix: str) -> tuple[str, int]:
     return f"{prefix}-{request_id.get() or uuid.uuid4().hex}", int(time.time())
 
 
-async def submit(engine: AsyncEngine, response_id: str, prompts: Sequence[PromptType], params: SamplingParams,
-                 **kwargs: str | None) -> list[RequestStream]:
-    """One engine request per prompt; if one is refused, the others are aborted and the refusal raised as an
-    ``APIError``."""
+async def submit(engine: AsyncEngine, response_id: str, prompts: Sequence[PromptType],
+                 params: SamplingParams | Sequence[SamplingParams], **kwargs: str | None) -> list[RequestStream]:
+    """One engine request per prompt, with ``params`` or its own of a sequence of them (as ``LLM.generate`` takes
+    them); if one is refused, the others are aborted and the refusal raised as an ``APIError``."""
+    each = params if isinstance(params, Sequence) else [params] * len(prompts)
     streams: list[RequestStream] = []
     try:
         with engine_errors():
-            for i, prompt in enumerate(prompts):
-                streams.append(await engine.add(f"{response_id}-{i}", prompt, params, **kwargs))
+            for i, (prompt, one) in enumerate(zip(prompts, each, strict=True)):
+                streams.append(await engine.add(f"{response_id}-{i}", prompt, one, **kwargs))
     except BaseException:
         for stream in streams:
             stream.close()

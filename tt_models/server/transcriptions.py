@@ -4,8 +4,12 @@ The speech logic is ``tt_models.speech``'s, as ``LLM.transcribe`` runs it: the u
 reads, any length up to the 25 MiB upload limit) is cut into windows of at most 30 s, every window is an engine
 request submitted at once (beside other clients' requests), and the results are stitched. Without a ``language``
 a multilingual model first detects it; an English-only model transcribes English. ``verbose_json``, ``srt`` and
-``vtt`` decode with timestamp tokens into timed segments. A stream sends the transcript's text in time order as it
-grows (the closed segments of the earliest unfinished window, then the windows after it).
+``vtt`` decode with timestamp tokens into timed segments. ``temperature`` is OpenAI's: 0 (the default) decodes
+greedily and falls back to ever higher temperatures on a window whose text fails openai-whisper's thresholds
+(``tt_models.speech.fallback``), a temperature above 0 samples at that temperature alone. A stream sends the
+transcript's text in time order as it grows (the closed segments of the earliest unfinished window, then the
+windows after it); text sent is never taken back, so a window whose segments were sent while it decoded is not
+decoded again.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tt_models.server.serving import finish, json_response, new_id, submit
 from tt_models.server.streaming import DONE, event_stream, merge, sse, sse_error
 from tt_models.server.subtitles import Cue, srt, vtt
 from tt_models.speech import LongFormTranscription, Transcript, TranscriptionOptions
+from tt_models.speech.fallback import FALLBACK_TEMPERATURES
 
 MAX_UPLOAD_BYTES = 25 * 2**20  # OpenAI's upload limit
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # the formats that carry segments
@@ -49,6 +54,8 @@ class AudioRequest:
 def _check(form: AudioRequest, engine: AsyncEngine) -> None:
     if engine.engine.checkpoint.config.model_type != "whisper":
         raise APIError(400, f"{form.model} does not take audio: transcriptions need a Whisper model", param="model")
+    if not 0 <= form.temperature <= 1:  # OpenAI's range (NaN fails it too)
+        raise APIError(400, f"temperature must be in [0, 1], got {form.temperature}", param="temperature")
     granularities = set(form.timestamp_granularities or ())
     if "word" in granularities:
         raise APIError(400, "word timestamps are not supported", param="timestamp_granularities")
@@ -68,7 +75,8 @@ async def create_transcription(form: AudioRequest, audio: bytes, engine: AsyncEn
     if len(audio) > MAX_UPLOAD_BYTES:
         raise APIError(413, f"The file is {len(audio)} bytes; the limit is {MAX_UPLOAD_BYTES}", param="file")
     options = TranscriptionOptions(language=form.language, task=form.task, prompt=form.prompt or None,
-                                   timestamps=form.response_format in TIMED_FORMATS, temperature=form.temperature)
+                                   timestamps=form.response_format in TIMED_FORMATS,
+                                   temperature=form.temperature or FALLBACK_TEMPERATURES)  # OpenAI's 0
     with engine_errors():  # undecodable audio, a language or task the model does not take: 400s
         job = await run_in_threadpool(LongFormTranscription, engine.engine.processor, audio, options)
     response_id, _ = new_id("trsc")

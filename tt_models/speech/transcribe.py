@@ -5,7 +5,8 @@ The audio is cut into windows of at most 30 s at low-energy points (``windows.py
 request (``multi_modal_data={"audio": (window, 16000)}``) whose decoder prompt comes from the engine's
 ``InputProcessor.whisper_prompt_ids``. The windows are known before anything is decoded, so all of them go to the
 engine as one batch, with the windows of other audios beside them; with ``condition_on_previous_text`` each window
-waits for the text before it (``<|startofprev|>``), one window per batch.
+waits for the text before it (``<|startofprev|>``), one window per batch. A window whose text fails the thresholds
+of ``fallback.py`` goes into the next batch again, at the next temperature.
 
 A :class:`LongFormTranscription` does no I/O: :meth:`~LongFormTranscription.steps` is a generator that yields each
 :class:`EngineBatch` to run and is sent back its finished outputs, in order, and returns the :class:`Transcript`.
@@ -29,8 +30,10 @@ import numpy as np
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
 from tt_models.engine.inputs import InputProcessor, TokensPrompt, audio_waveform
-from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.outputs import CompletionOutput, RequestOutput
 from tt_models.engine.sampling import SamplingParams
+from tt_models.speech.fallback import (FALLBACK_TEMPERATURES, HOT_TEMPERATURE, is_silence, needs_fallback,
+                                       temperatures)
 from tt_models.speech.language import LanguageDetector, no_speech_token_id
 from tt_models.speech.timestamps import TimedText, WindowSegments, parse_segments
 from tt_models.speech.vad import SpeechActivity
@@ -49,6 +52,8 @@ class _Slot:
     no_speech_prob: float | None
     segments: list[Segment] = field(default_factory=list)
     done: bool = False
+    attempt: int = 0  # the index of the temperature it is decoded at
+    shown: bool = False  # ``text`` has returned some of its text while it decoded (a stream has sent it)
 
 
 @dataclass(frozen=True)
@@ -57,14 +62,19 @@ class TranscriptionOptions:
     ``task``: "transcribe" or "translate" (to English); ``timestamps``: decode with timestamp tokens into timed
     segments; ``prompt``: earlier text for the first window; ``condition_on_previous_text``: each later window is
     conditioned on the transcript before it (then the windows of one audio run one after another); ``vad``: each
-    segment's start and end move in to the speech inside it (``vad.py``; False: Whisper's timestamps as decoded)."""
+    segment's start and end move in to the speech inside it (``vad.py``; False: Whisper's timestamps as decoded).
+    ``temperature``: one temperature, or those to try in turn on a window whose text fails the thresholds
+    (``fallback.py``; a threshold None is not checked), openai-whisper's defaults."""
 
     language: str | None = None
     task: Literal["transcribe", "translate"] = "transcribe"
     timestamps: bool = False
     condition_on_previous_text: bool = False
     prompt: str | None = None
-    temperature: float = 0.0
+    temperature: float | tuple[float, ...] = FALLBACK_TEMPERATURES
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
     vad: bool = True
 
 
@@ -102,11 +112,11 @@ class Transcript:
 
 @dataclass(frozen=True)
 class EngineBatch:
-    """Requests to run together: one prompt each, the same parameters; ``windows`` marks the transcription
+    """Requests to run together: the prompts and their parameters, one each; ``windows`` marks the transcription
     requests (their text is the transcript's, in order), as against language detection."""
 
     prompts: list[TokensPrompt]
-    params: SamplingParams
+    params: list[SamplingParams]
     windows: bool = False
 
 
@@ -122,6 +132,7 @@ class LongFormTranscription:
             raise ValueError("Transcription needs a Whisper model")
         self.processor = processor
         self.options = options = options or TranscriptionOptions()
+        self.temperatures = temperatures(options.temperature)
         self.waveform = audio_waveform(audio, SAMPLE_RATE)
         self.windows: list[Window] = split_windows(self.waveform, SAMPLE_RATE)
         config = processor.generation_config
@@ -146,7 +157,8 @@ class LongFormTranscription:
         if self.multilingual and (language is None or options.timestamps):
             detector = LanguageDetector(self.processor.generation_config, no_speech=options.timestamps)
             scored = self.windows if options.timestamps else self.windows[:1]
-            outputs = yield EngineBatch([detector.prompt(self._audio(w)) for w in scored], detector.params)
+            outputs = yield EngineBatch([detector.prompt(self._audio(w)) for w in scored],
+                                        [detector.params] * len(scored))
             if language is None:
                 language = detector.result(outputs[0]).language
             if options.timestamps:
@@ -154,10 +166,11 @@ class LongFormTranscription:
         self.language = _language_code(language or "en")
         self.slots = [_Slot(w, p) for w, p in zip(self.windows, no_speech)]
         pending = list(self.slots)
-        while pending:  # the windows, then the rest of each window left unfinished, until none is
+        while pending:  # the windows, then those to decode again and the rest of each left unfinished, until none is
             batch = pending[:1] if options.condition_on_previous_text else pending
             self._current = batch
-            outputs = yield EngineBatch([self._window_prompt(slot) for slot in batch], self._params, True)
+            outputs = yield EngineBatch([self._window_prompt(slot) for slot in batch],
+                                        [self._params(slot) for slot in batch], True)
             pending = [tail for slot, output in zip(batch, outputs) for tail in self._finish(slot, output)] + \
                 pending[len(batch):]
         self._current = []
@@ -169,21 +182,25 @@ class LongFormTranscription:
         """The batches :meth:`steps` yields whose encoder inputs follow from the audio alone, in the same order and
         rounds: language detection (when it runs), then the windows (one per round when conditioning on previous
         text). An encode instance (``tt_models.disagg``) runs these; its outputs carry no tokens and are not read.
-        The rest of a window left unfinished depends on decoding: the prefill-decode instance encodes it itself."""
+        The rest of a window left unfinished, and a window decoded again at a higher temperature, depend on
+        decoding: the prefill-decode instance encodes them itself."""
         options, batches = self.options, []
         if self.multilingual and (options.language is None or options.timestamps):
             detector = LanguageDetector(self.processor.generation_config, no_speech=options.timestamps)
             scored = self.windows if options.timestamps else self.windows[:1]
-            batches.append(EngineBatch([detector.prompt(self._audio(w)) for w in scored], detector.params))
+            batches.append(EngineBatch([detector.prompt(self._audio(w)) for w in scored],
+                                       [detector.params] * len(scored)))
         self.language = _language_code(options.language or "en")  # the decoder prompt does not reach an encoder
         slots = [_Slot(w, None) for w in self.windows]
         groups = [[slot] for slot in slots] if options.condition_on_previous_text else [slots]
-        batches += [EngineBatch([self._window_prompt(slot) for slot in group], self._params, True) for group in groups]
+        batches += [EngineBatch([self._window_prompt(slot) for slot in group], [self._params(slot) for slot in group],
+                                True) for group in groups]
         return batches
 
     def text(self, live: Sequence[RequestOutput | None] = ()) -> str:
         """The transcript so far, in time order: finished windows, then the closed segments of the first unfinished
-        one (``live``: the latest outputs of the last batch's requests, in order). It only grows."""
+        one (``live``: the latest outputs of the last batch's requests, in order). It only grows: a window whose
+        text it has returned while the window decoded is kept as decoded (no fallback, not dropped as silence)."""
         parts: list[str] = []
         latest = dict(zip(map(id, self._current), live))
         for slot in self.slots:
@@ -191,8 +208,10 @@ class LongFormTranscription:
                 parts += [s.text for s in slot.segments]
                 continue
             output = latest.get(id(slot))
-            if output is not None and not output.finished:
-                parts += [s.text for s in self._read(slot, output, final=False).segments]
+            if output is not None and (slot.shown or not output.finished):  # a finished output awaits _finish
+                closed = self._read(slot, output, final=False).segments
+                slot.shown = slot.shown or bool(closed)
+                parts += [s.text for s in closed]
             break
         return "".join(parts).strip()
 
@@ -205,7 +224,11 @@ class LongFormTranscription:
         options = self.options
         previous = options.prompt if slot.window.start == 0 else None
         if options.condition_on_previous_text:
-            previous = " ".join(t for t in [options.prompt, self.text()] if t and t.strip()) or None
+            # As openai-whisper and HF: a window decoded hot conditions no later one, nor does the text before it.
+            done = list(itertools.takewhile(lambda s: s.done, self.slots))
+            hot = [i for i, s in enumerate(done) if self.temperatures[s.attempt] >= HOT_TEMPERATURE]
+            text = "".join(seg.text for s in done[hot[-1] + 1 if hot else 0:] for seg in s.segments).strip()
+            previous = " ".join(t for t in [None if hot else options.prompt, text] if t and t.strip()) or None
         ids = self.processor.whisper_prompt_ids(self.language, options.task, timestamps=self.timestamps,
                                                 previous_text=previous)
         return {"prompt_token_ids": ids, "multi_modal_data": {"audio": self._audio(slot.window)}}
@@ -216,12 +239,12 @@ class LongFormTranscription:
         decoding stopped short (as HF and openai-whisper decode long-form)."""
         return self.options.timestamps or len(self.windows) > 1
 
-    @property
-    def _params(self) -> SamplingParams:
-        """Logprobs of the sampled tokens (``avg_logprob``); an English-only checkpoint's timestamp prompt ends
-        at ``<|startoftranscript|>``, so its first step also scores ``<|nospeech|>``."""
+    def _params(self, slot: _Slot) -> SamplingParams:
+        """The slot's temperature, and its start sample as the seed: sampled text depends on the audio alone, not
+        on what runs beside it. Logprobs of the sampled tokens (``avg_logprob``); an English-only checkpoint's
+        timestamp prompt ends at ``<|startoftranscript|>``, so its first step also scores ``<|nospeech|>``."""
         no_speech_here = self.timestamps and not self.multilingual
-        return SamplingParams(temperature=self.options.temperature, max_tokens=None,
+        return SamplingParams(temperature=self.temperatures[slot.attempt], seed=slot.window.start, max_tokens=None,
                               logprobs=None if no_speech_here else 0,
                               logprob_token_ids=[self.no_speech_token_id] if no_speech_here else None,
                               extra_args={"timestamps": True} if self.timestamps else None)
@@ -240,10 +263,29 @@ class LongFormTranscription:
         return parse_segments(seq.token_ids, timestamp_begin=self.timestamp_begin, eos_token_id=self.eos_token_id,
                               offset=start, duration=end - start, decode=self._decode, final=final)
 
+    def _no_speech_prob(self, slot: _Slot, seq: CompletionOutput) -> float | None:
+        """An English-only checkpoint's from the request's first step, a multilingual one's from detection."""
+        if self.timestamps and not self.multilingual:
+            return math.exp(seq.logprobs[0][self.no_speech_token_id].logprob)
+        return slot.no_speech_prob
+
     def _finish(self, slot: _Slot, output: RequestOutput) -> list[_Slot]:
-        """Record a window's final output; returns the request for its unfinished rest, if any (inserted after it
-        in time order)."""
+        """Record a window's final output; returns what to decode next for it: the window again at the next
+        temperature when its text fails the thresholds, else the request for its unfinished rest, if any (inserted
+        after it in time order). Silence leaves no segments. A window a stream has shown is kept as decoded."""
         seq = output.outputs[0]
+        # The whole output's text and logprobs, as openai-whisper and HF judge (and report) a window's result.
+        ratio = compression_ratio(self._decode([t for t in seq.token_ids if t < self.eos_token_id]))
+        avg_logprob = (seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1)
+        no_speech_prob = self._no_speech_prob(slot, seq)
+        silence = not slot.shown and is_silence(self.options, avg_logprob, no_speech_prob)
+        if not (slot.shown or silence) and slot.attempt < len(self.temperatures) - 1 and \
+                needs_fallback(self.options, ratio, avg_logprob):
+            slot.attempt += 1
+            return [slot]
+        slot.done = True
+        if silence:  # HF's should_skip, openai-whisper's seek past the window
+            return []
         read = self._read(slot, output, final=True)
         pieces = read.segments
         rest = None
@@ -254,15 +296,9 @@ class LongFormTranscription:
             self.slots.insert(self.slots.index(slot) + 1, rest)
         elif read.rest is not None:
             pieces = [*pieces, read.rest]
-        no_speech_prob = slot.no_speech_prob
-        if self.timestamps and not self.multilingual:
-            no_speech_prob = math.exp(seq.logprobs[0][self.no_speech_token_id].logprob)
-        text = "".join(p.text for p in pieces)
-        avg_logprob = (seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1)
         slot.segments = [Segment(0, slot.window.start // HOP_LENGTH, *self._times(p), p.text, p.tokens,
-                                 self.options.temperature, avg_logprob, compression_ratio(text), no_speech_prob)
+                                 self.temperatures[slot.attempt], avg_logprob, ratio, no_speech_prob)
                          for p in pieces]
-        slot.done = True
         return [rest] if rest is not None else []
 
     def _times(self, piece: TimedText) -> tuple[float, float]:
@@ -315,9 +351,9 @@ def run_transcriptions(engine: Any, transcriptions: Sequence[LongFormTranscripti
             job.transcript = done.value
             return
         job.outputs, job.request_ids = {}, []
-        for prompt in job.batch.prompts:
+        for prompt, params in zip(job.batch.prompts, job.batch.params):
             request_id = f"{prefix}-{next(counter)}"
-            engine.add_request(request_id, prompt, job.batch.params)
+            engine.add_request(request_id, prompt, params)
             job.request_ids.append(request_id)
             owner[request_id] = job
 

@@ -1,0 +1,162 @@
+"""Temperature fallback (``tt_models.speech.fallback``) with Whisper tiny.en on the host backend, on a recording of
+about 55 s (two windows) of real and espeak-ng speech:
+
+- with the default temperatures and thresholds, clean speech is never decoded again, and the transcript is the
+  greedy one's; noise that Whisper would transcribe anyway is silence (dropped, and not decoded again);
+- with a threshold no text can meet, every window (and every unfinished rest of one) is decoded once at each
+  temperature, its windows together in each batch, the segments report the last temperature, and the sampled
+  transcript is the same on a second run (each window draws from its own seed); streamed, the text only grows:
+  the window whose segments were shown while it decoded is kept as decoded;
+- the server takes OpenAI's ``temperature`` form field: 0 or none is the fallback, above 0 that temperature alone,
+  a value outside [0, 1] or not a number a 400 naming the field.
+
+The offline runs come first; a real uvicorn server takes the engine over in the last test.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.server.cases import ServerThread
+from tests.speech.longform import LAYOUT, SAMPLE_RATE, long_recording, through_wav
+from tt_models import LLM
+from tt_models.server import create_app
+from tt_models.speech import EngineBatch, LongFormTranscription, Transcript, TranscriptionOptions, split_windows
+
+pytestmark = pytest.mark.slow
+
+MODEL = "whisper-tiny.en"
+TEMPERATURES = (0.0, 1.0)
+NEVER_MET = dict(temperature=TEMPERATURES, logprob_threshold=0.0, no_speech_threshold=None)  # avg_logprob < 0
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> np.ndarray:
+    """The recording as the server decodes it from its WAV bytes."""
+    return through_wav(long_recording(tmp_path_factory.mktemp("espeak"), LAYOUT).waveform)[1]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    with LLM(MODEL, max_num_seqs=8, max_num_batched_tokens=8 * 1501, backend="host", optimizations="accuracy") as llm:
+        yield llm
+
+
+def run_counted(llm: LLM, samples: np.ndarray, **options) -> tuple[Transcript, list[EngineBatch]]:
+    """A transcription driven batch by batch through ``LLM.generate``: the transcript and every batch it asked for."""
+    job = LongFormTranscription(llm.llm_engine.processor, (samples, SAMPLE_RATE), TranscriptionOptions(**options))
+    steps = job.steps()
+    batches, outputs = [], None
+    while True:
+        try:
+            batch = steps.send(outputs)
+        except StopIteration as done:
+            return done.value, batches
+        batches.append(batch)
+        outputs = llm.generate(batch.prompts, batch.params, use_tqdm=False)
+
+
+def run_streamed(llm: LLM, samples: np.ndarray, **options) -> tuple[Transcript, list[str]]:
+    """A transcription driven as the server streams it: the transcript and its text after every engine step."""
+    job = LongFormTranscription(llm.llm_engine.processor, (samples, SAMPLE_RATE), TranscriptionOptions(**options))
+    engine, steps, outputs, texts = llm.llm_engine, job.steps(), None, []
+    for round_ in itertools.count():
+        try:
+            batch = steps.send(outputs)
+        except StopIteration as done:
+            return done.value, texts
+        ids = [f"streamed-{round_}-{i}" for i in range(len(batch.prompts))]
+        for request_id, prompt, params in zip(ids, batch.prompts, batch.params, strict=True):
+            engine.add_request(request_id, prompt, params)
+        latest = {}
+        while engine.has_unfinished_requests():
+            latest.update((output.request_id, output) for output in engine.step())
+            texts.append(job.text([latest.get(request_id) for request_id in ids]))
+        outputs = [latest[request_id] for request_id in ids]
+    raise AssertionError("itertools.count() does not end")
+
+
+def timed(transcript: Transcript) -> list[tuple]:
+    return [(s.start, s.end, s.text, s.tokens, s.avg_logprob, s.compression_ratio) for s in transcript.segments]
+
+
+def test_clean_speech_never_falls_back(llm, samples):
+    samples = samples[:40 * SAMPLE_RATE]  # two windows
+    transcript, batches = run_counted(llm, samples, timestamps=True)  # the defaults: fallback on
+    greedy = llm.transcribe((samples, SAMPLE_RATE), timestamps=True, temperature=0.0)
+    assert len(split_windows(samples, SAMPLE_RATE)) >= 2 and len(transcript.segments) >= 4
+    assert all(p.temperature == 0.0 for batch in batches for p in batch.params)
+    assert all(s.temperature == 0.0 and s.avg_logprob >= -1.0 and s.compression_ratio <= 2.4
+               for s in transcript.segments)
+    assert transcript.text == greedy.text and timed(transcript) == timed(greedy)
+
+
+def test_noise_is_silence(llm):
+    noise = (np.random.default_rng(0).standard_normal(20 * SAMPLE_RATE) * 10 ** (-40 / 20)).astype(np.float32)
+    heard = llm.transcribe((noise, SAMPLE_RATE), timestamps=True, temperature=0.0, no_speech_threshold=None)
+    dropped, batches = run_counted(llm, noise, timestamps=True)  # the defaults
+    assert heard.text and all(s.no_speech_prob > 0.6 and s.avg_logprob < -1.0 for s in heard.segments)
+    assert dropped.text == "" and dropped.segments == [] and [len(b.prompts) for b in batches] == [1]
+
+
+def test_a_bad_temperature_is_refused(llm, samples):
+    for temperature in (-0.5, (0.0, 2.5), (), "hot"):
+        with pytest.raises(ValueError, match="temperature must be"):
+            llm.transcribe((samples, SAMPLE_RATE), temperature=temperature)
+
+
+def test_every_window_is_decoded_at_every_temperature_and_sampling_is_seeded(llm, samples):
+    samples = samples[:40 * SAMPLE_RATE]  # two windows
+    transcript, batches = run_counted(llm, samples, **NEVER_MET)
+    decoded = defaultdict(list)  # the temperatures each stretch of audio was decoded at, in order
+    for batch in batches:
+        for prompt, params in zip(batch.prompts, batch.params, strict=True):
+            decoded[prompt["multi_modal_data"]["audio"][0].tobytes()].append(params.temperature)
+    windows = len(split_windows(samples, SAMPLE_RATE))
+    assert windows >= 2 and len(batches[0].prompts) == len(batches[1].prompts) == windows  # windows batch together
+    assert len(decoded) >= windows and all(t == list(TEMPERATURES) for t in decoded.values()), decoded.values()
+    assert transcript.segments and all(s.temperature == TEMPERATURES[-1] for s in transcript.segments)
+    again = llm.transcribe((samples, SAMPLE_RATE), **NEVER_MET)  # another driver, the same seeds
+    assert again.text == transcript.text and timed(again) == timed(transcript)
+
+
+def test_a_stream_never_takes_text_back(llm, samples):
+    transcript, texts = run_streamed(llm, samples, **NEVER_MET)
+    texts.append(transcript.text)
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
+    assert any(0 < len(text) < len(transcript.text) for text in texts)  # text came before the end
+    first = [s for s in transcript.segments if s.seek == 0]  # the first window's, shown while it decoded
+    assert first and all(s.temperature == 0.0 for s in first)
+    assert any(s.temperature == TEMPERATURES[-1] for s in transcript.segments)  # the others fell back
+
+
+def test_the_server_takes_openais_temperature(llm, samples):
+    clip = samples[:10 * SAMPLE_RATE]  # one window
+    fallback = llm.transcribe((clip, SAMPLE_RATE), timestamps=True)
+    expected = {None: fallback, "0": fallback, "0.5": llm.transcribe((clip, SAMPLE_RATE), timestamps=True,
+                                                                      temperature=0.5)}
+    wav = through_wav(clip)[0]
+    with ServerThread(create_app({MODEL: llm.llm_engine})) as server, \
+            httpx.Client(base_url=server.url, timeout=600) as http:
+        def post(temperature: str | None) -> httpx.Response:
+            form = {"model": MODEL, "response_format": "verbose_json"}
+            return http.post("/v1/audio/transcriptions", files={"file": ("clip.wav", wav, "audio/wav")},
+                             data=form if temperature is None else {**form, "temperature": temperature})
+
+        for bad in ("-0.1", "1.5", "hot", "nan"):
+            response = post(bad)
+            assert response.status_code == 400, (bad, response.text)
+            error = response.json()["error"]
+            assert error["param"] == "temperature" and "temperature" in error["message"], error
+        for temperature, reference in expected.items():
+            response = post(temperature)
+            assert response.status_code == 200, response.text
+            body = response.json()
+            assert body["text"] == reference.text and body["segments"]
+            assert [s["temperature"] for s in body["segments"]] == [s.temperature for s in reference.segments]
+    assert {s.temperature for s in expected["0.5"].segments} == {0.5}
