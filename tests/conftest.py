@@ -36,3 +36,10 @@ def mock_device():
     device = open_device("mock", board="n150")
     yield device
     close_device(device)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow modules first: each runs whole in one worker (``--dist loadfile``), and one that started last would
+    keep that worker busy for minutes after the other ran out of work."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # (stable: a module's tests stay together, in order)
