@@ -39,7 +39,9 @@ def mock_device():
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow modules first: each runs whole in one worker (``--dist loadfile``), and one that started last would
-    keep that worker busy for minutes after the other ran out of work."""
+    """Slow modules first, the longest (speech, vllm: minutes each) ahead: each runs whole in one worker
+    (``--dist loadfile``), and one that started last would keep that worker busy after the other ran out of work."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # (stable: a module's tests stay together, in order)
+    order = {path: i for i, path in enumerate(sorted(slow, key=lambda p: (p.parent.name not in ("speech", "vllm"),
+                                                                         str(p))))}
+    items.sort(key=lambda item: order.get(item.path, len(order)))  # (stable: a module's tests stay in order)

@@ -75,9 +75,11 @@ def test_offline_example_answers_its_prompts(examples: Path, smollm2_dir: Path, 
 
 def test_increasing_seq_lens_end_in_vllms_length_error(examples: Path, smollm2_dir: Path, tmp_path: Path) -> None:
     """At SmolLM2's whole context (8192): counting to 10 and to 100 (60 and 331 tokens) fit, counting to 2000 (8932
-    tokens) does not."""
+    tokens) does not. The prompts run one at a time: 4 users keep the KV pool (sized for every user at full length,
+    float32 on the host backend) at 1.5 GB instead of 32 users' 12 GB."""
     done = _example(examples, "offline_inference_tt.py", "--model", str(smollm2_dir), "--test_increasing_seq_lens",
-                    "--greedy_sampling", "--max_tokens", "2", "--max_model_len", "8192", cwd=tmp_path)
+                    "--greedy_sampling", "--max_tokens", "2", "--max_model_len", "8192", "--max_seqs_in_batch", "4",
+                    cwd=tmp_path)
     answers = [line for line in done.stdout.splitlines() if line.startswith("Prompt #")]
     assert len(answers) == 2, done.stdout[-3000:] + done.stderr[-6000:]  # counting to 10 and to 100 fit
     error = "VLLMValidationError: This model's maximum context length is 8192 tokens"

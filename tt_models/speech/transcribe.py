@@ -139,6 +139,8 @@ class LongFormTranscription:
         self.multilingual = LanguageDetector.supports(config)
         processor.whisper_prompt_ids(options.language, options.task)  # refuses a bad language or task now
         self.eos_token_id: int = config.eos_token_id
+        # openai-whisper's sample_len: a window's text never comes near it, a runaway (hot) decode stops there.
+        self.max_window_tokens: int = processor.hf_config.max_target_positions // 2
         self.timestamp_begin: int = config.no_timestamps_token_id + 1
         self.no_speech_token_id = no_speech_token_id(config)
         self.language = options.language
@@ -244,7 +246,8 @@ class LongFormTranscription:
         on what runs beside it. Logprobs of the sampled tokens (``avg_logprob``); an English-only checkpoint's
         timestamp prompt ends at ``<|startoftranscript|>``, so its first step also scores ``<|nospeech|>``."""
         no_speech_here = self.timestamps and not self.multilingual
-        return SamplingParams(temperature=self.temperatures[slot.attempt], seed=slot.window.start, max_tokens=None,
+        return SamplingParams(temperature=self.temperatures[slot.attempt], seed=slot.window.start,
+                              max_tokens=self.max_window_tokens,
                               logprobs=None if no_speech_here else 0,
                               logprob_token_ids=[self.no_speech_token_id] if no_speech_here else None,
                               extra_args={"timestamps": True} if self.timestamps else None)
