@@ -99,7 +99,8 @@ class KVBlockManager:
 
     def table_tail(self, seq_id: int) -> tuple[int, int]:
         """The length and last block of the sequence's self table, without copying it (O(1))."""
-        table = self._seq(seq_id).table
+        seq = self._seqs.get(seq_id) or self._seq(seq_id)  # (the lookup inline: every decoding sequence, every step)
+        table = seq.table
         return len(table), table[-1] if table else -1
 
     def cross_table(self, request_id: str) -> list[int]:

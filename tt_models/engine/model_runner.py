@@ -119,6 +119,8 @@ class ModelRunner:
         length and last block with those the row got last time tells whether it changed (O(1))."""
         key, tail = seq.key, kv.table_tail(seq.seq_id)
         known = self._table_tails.get(key)
+        if tail == known:
+            return
         if known is None:
             cross = kv.cross_table(seq.request.request_id) if self.uses_cross else None
             first = seq.request.replica * self.slots_per_replica

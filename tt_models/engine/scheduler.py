@@ -59,6 +59,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self.num_preemptions = 0
+        self._decode_ready = False  # the last step decoded every running sequence and none needs a prefill now
 
     @property
     def num_unfinished(self) -> int:
@@ -88,8 +89,11 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        out.scheduled = self._prefills()
+        # After a decode step without a copy-on-write every running sequence decodes again: only waiting requests
+        # can make prefill work (admission), so the running ones need not be scanned.
+        out.scheduled = [] if self._decode_ready and not self.waiting else self._prefills()
         out.is_prefill = bool(out.scheduled)
+        self._decode_ready = not out.is_prefill
         if not out.is_prefill:
             out.scheduled = self._decodes(out)
             if not out.preempted:  # as vLLM v0: swap in only when this step preempted nothing
@@ -147,8 +151,7 @@ class Scheduler:
             scheduled += self._decoding(seqs, kv.append_each([s.seq_id for s in seqs]))
         return scheduled
 
-    @staticmethod
-    def _decoding(seqs: list[Sequence], copies: list[tuple[int, int] | None]) -> list[tuple[Sequence, int]]:
+    def _decoding(self, seqs: list[Sequence], copies: list[tuple[int, int] | None]) -> list[tuple[Sequence, int]]:
         """The sequences that decode now, their next token's slot appended: a sequence whose last block was shared
         (a copy-on-write) rebuilds its copy in a prefill next step instead."""
         scheduled = []
@@ -157,6 +160,7 @@ class Scheduler:
                 scheduled.append((seq, 1))
             else:
                 seq.redo_last_block = True
+                self._decode_ready = False
         return scheduled
 
     def _prefills(self) -> list[tuple[Sequence, int]]:
