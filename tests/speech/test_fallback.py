@@ -5,8 +5,8 @@ about 55 s (two windows) of real and espeak-ng speech:
   greedy one's; noise that Whisper would transcribe anyway is silence (dropped, and not decoded again);
 - with a threshold no text can meet, every window (and every unfinished rest of one) is decoded once at each
   temperature, its windows together in each batch, the segments report the last temperature, and the sampled
-  transcript is the same on a second run (each window draws from its own seed); streamed, the text only grows:
-  the window whose segments were shown while it decoded is kept as decoded;
+  transcript is the same on a second run (each window draws from its own seed); streamed, the text grows window
+  by window and ends as the transcript (segment by segment when no fallback or silence rule can change a window);
 - the server takes OpenAI's ``temperature`` form field: 0 or none is the fallback, above 0 that temperature alone,
   a value outside [0, 1] or not a number a 400 naming the field.
 
@@ -110,9 +110,15 @@ def test_a_bad_temperature_is_refused(llm, samples):
             llm.transcribe((samples, SAMPLE_RATE), temperature=temperature)
 
 
-def test_every_window_is_decoded_at_every_temperature_and_sampling_is_seeded(llm, samples):
-    samples = samples[:40 * SAMPLE_RATE]  # two windows
-    transcript, batches = run_counted(llm, samples, **NEVER_MET)
+@pytest.fixture(scope="module")
+def fell_back(llm, samples) -> tuple[np.ndarray, Transcript, list[EngineBatch]]:
+    """Two windows of the recording under thresholds no text meets: the audio, its transcript and batches."""
+    clip = samples[:40 * SAMPLE_RATE]
+    return clip, *run_counted(llm, clip, **NEVER_MET)
+
+
+def test_every_window_is_decoded_at_every_temperature_and_sampling_is_seeded(llm, fell_back):
+    samples, transcript, batches = fell_back
     decoded = defaultdict(list)  # the temperatures each stretch of audio was decoded at, in order
     for batch in batches:
         for prompt, params in zip(batch.prompts, batch.params, strict=True):
@@ -125,14 +131,18 @@ def test_every_window_is_decoded_at_every_temperature_and_sampling_is_seeded(llm
     assert again.text == transcript.text and timed(again) == timed(transcript)
 
 
-def test_a_stream_never_takes_text_back(llm, samples):
+def test_a_stream_says_what_the_response_would(llm, fell_back):
+    """With the fallback a window's text is streamed once its output is final: the stream grows window by window and
+    ends as the transcript. Kept as decoded (one temperature, no silence rule), segments stream as they decode."""
+    samples, reference, _ = fell_back
     transcript, texts = run_streamed(llm, samples, **NEVER_MET)
     texts.append(transcript.text)
+    assert transcript.text == reference.text and timed(transcript) == timed(reference)
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
-    assert any(0 < len(text) < len(transcript.text) for text in texts)  # text came before the end
-    first = [s for s in transcript.segments if s.seek == 0]  # the first window's, shown while it decoded
-    assert first and all(s.temperature == 0.0 for s in first)
-    assert any(s.temperature == TEMPERATURES[-1] for s in transcript.segments)  # the others fell back
+    greedy, live = run_streamed(llm, samples, temperature=0.0, no_speech_threshold=None)
+    live.append(greedy.text)
+    assert all(b.startswith(a) for a, b in zip(live, live[1:]))
+    assert len(set(live)) > len(split_windows(samples, SAMPLE_RATE)) + 1  # segments as they decode
 
 
 def test_the_server_takes_openais_temperature(llm, samples):

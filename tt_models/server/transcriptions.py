@@ -7,9 +7,9 @@ a multilingual model first detects it; an English-only model transcribes English
 ``vtt`` decode with timestamp tokens into timed segments. ``temperature`` is OpenAI's: 0 (the default) decodes
 greedily and falls back to ever higher temperatures on a window whose text fails openai-whisper's thresholds
 (``tt_models.speech.fallback``), a temperature above 0 samples at that temperature alone. A stream sends the
-transcript's text in time order as it grows (the closed segments of the earliest unfinished window, then the
-windows after it); text sent is never taken back, so a window whose segments were sent while it decoded is not
-decoded again.
+transcript's text in time order as it grows: window by window (the text the response would have, as each window
+is final), and, when nothing after decoding can change a window (one temperature, no silence rule), the closed
+segments of the earliest unfinished window as they decode.
 """
 
 from __future__ import annotations

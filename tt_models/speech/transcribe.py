@@ -53,7 +53,19 @@ class _Slot:
     segments: list[Segment] = field(default_factory=list)
     done: bool = False
     attempt: int = 0  # the index of the temperature it is decoded at
-    shown: bool = False  # ``text`` has returned some of its text while it decoded (a stream has sent it)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A window's final output judged: decoded again (``retry``), or its pieces (none: silence) and the window of
+    its unfinished rest; the figures its segments report."""
+
+    retry: bool
+    pieces: list[TimedText]
+    rest: Window | None
+    compression_ratio: float
+    avg_logprob: float
+    no_speech_prob: float | None
 
 
 @dataclass(frozen=True)
@@ -200,9 +212,11 @@ class LongFormTranscription:
         return batches
 
     def text(self, live: Sequence[RequestOutput | None] = ()) -> str:
-        """The transcript so far, in time order: finished windows, then the closed segments of the first unfinished
-        one (``live``: the latest outputs of the last batch's requests, in order). It only grows: a window whose
-        text it has returned while the window decoded is kept as decoded (no fallback, not dropped as silence)."""
+        """The transcript so far, in time order: finished windows, then the first unfinished one's (``live``: the
+        latest outputs of the last batch's requests, in order): its text once its output is final (not to be
+        decoded again), or, when nothing after decoding can change a window (one temperature, no silence rule), its
+        closed segments as they decode. It only grows, and ends as the transcript: a stream says what the response
+        would."""
         parts: list[str] = []
         latest = dict(zip(map(id, self._current), live))
         for slot in self.slots:
@@ -210,11 +224,16 @@ class LongFormTranscription:
                 parts += [s.text for s in slot.segments]
                 continue
             output = latest.get(id(slot))
-            if output is not None and (slot.shown or not output.finished):  # a finished output awaits _finish
-                closed = self._read(slot, output, final=False).segments
-                slot.shown = slot.shown or bool(closed)
-                parts += [s.text for s in closed]
-            break
+            if output is None or not output.finished:
+                if output is not None and self._kept_as_decoded:
+                    parts += [s.text for s in self._read(slot, output, final=False).segments]
+                break
+            verdict = self._judge(slot, output)
+            if verdict.retry:
+                break
+            parts += [p.text for p in verdict.pieces]
+            if verdict.rest is not None:  # decoded next, after this batch
+                break
         return "".join(parts).strip()
 
     # ------------------------------------------------------------------------------------------------ requests
@@ -234,6 +253,11 @@ class LongFormTranscription:
         ids = self.processor.whisper_prompt_ids(self.language, options.task, timestamps=self.timestamps,
                                                 previous_text=previous)
         return {"prompt_token_ids": ids, "multi_modal_data": {"audio": self._audio(slot.window)}}
+
+    @property
+    def _kept_as_decoded(self) -> bool:
+        """Every window's text is kept as decoded: no fallback, and no silence rule that could drop it."""
+        return len(self.temperatures) == 1 and self.options.no_speech_threshold is None
 
     @property
     def timestamps(self) -> bool:
@@ -272,37 +296,44 @@ class LongFormTranscription:
             return math.exp(seq.logprobs[0][self.no_speech_token_id].logprob)
         return slot.no_speech_prob
 
-    def _finish(self, slot: _Slot, output: RequestOutput) -> list[_Slot]:
-        """Record a window's final output; returns what to decode next for it: the window again at the next
-        temperature when its text fails the thresholds, else the request for its unfinished rest, if any (inserted
-        after it in time order). Silence leaves no segments. A window a stream has shown is kept as decoded."""
+    def _judge(self, slot: _Slot, output: RequestOutput) -> _Verdict:
+        """What a window's final output comes to, as openai-whisper and HF judge it (on the whole output's text and
+        logprobs, which its segments also report): decoded again at the next temperature, silence (no pieces), or
+        its pieces and the stretch left unfinished, if long enough to decode again."""
         seq = output.outputs[0]
-        # The whole output's text and logprobs, as openai-whisper and HF judge (and report) a window's result.
         ratio = compression_ratio(self._decode([t for t in seq.token_ids if t < self.eos_token_id]))
         avg_logprob = (seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1)
         no_speech_prob = self._no_speech_prob(slot, seq)
-        silence = not slot.shown and is_silence(self.options, avg_logprob, no_speech_prob)
-        if not (slot.shown or silence) and slot.attempt < len(self.temperatures) - 1 and \
-                needs_fallback(self.options, ratio, avg_logprob):
+        verdict = _Verdict(False, [], None, ratio, avg_logprob, no_speech_prob)
+        if is_silence(self.options, avg_logprob, no_speech_prob):  # HF's should_skip: seek past the window
+            return verdict
+        if slot.attempt < len(self.temperatures) - 1 and needs_fallback(self.options, ratio, avg_logprob):
+            return replace(verdict, retry=True)
+        read = self._read(slot, output, final=True)
+        window = slot.window
+        if read.resume_at is not None and read.resume_at > 0 and \
+                window.end - window.start - read.resume_at * SAMPLE_RATE >= MIN_REST_SECONDS * SAMPLE_RATE:
+            return replace(verdict, pieces=read.segments,
+                           rest=Window(window.start + round(read.resume_at * SAMPLE_RATE), window.end))
+        return replace(verdict, pieces=[*read.segments, *([read.rest] if read.rest is not None else [])])
+
+    def _finish(self, slot: _Slot, output: RequestOutput) -> list[_Slot]:
+        """Record a window's final output; returns what to decode next for it: the window again at the next
+        temperature when its text fails the thresholds, else the request for its unfinished rest, if any (inserted
+        after it in time order). Silence leaves no segments."""
+        verdict = self._judge(slot, output)
+        if verdict.retry:
             slot.attempt += 1
             return [slot]
         slot.done = True
-        if silence:  # HF's should_skip, openai-whisper's seek past the window
-            return []
-        read = self._read(slot, output, final=True)
-        pieces = read.segments
-        rest = None
-        if read.resume_at is not None and slot.window.end - slot.window.start - read.resume_at * SAMPLE_RATE \
-                >= MIN_REST_SECONDS * SAMPLE_RATE and read.resume_at > 0:
-            rest = _Slot(Window(slot.window.start + round(read.resume_at * SAMPLE_RATE), slot.window.end),
-                         slot.no_speech_prob)
-            self.slots.insert(self.slots.index(slot) + 1, rest)
-        elif read.rest is not None:
-            pieces = [*pieces, read.rest]
         slot.segments = [Segment(0, slot.window.start // HOP_LENGTH, *self._times(p), p.text, p.tokens,
-                                 self.temperatures[slot.attempt], avg_logprob, ratio, no_speech_prob)
-                         for p in pieces]
-        return [rest] if rest is not None else []
+                                 self.temperatures[slot.attempt], verdict.avg_logprob, verdict.compression_ratio,
+                                 verdict.no_speech_prob) for p in verdict.pieces]
+        if verdict.rest is None:
+            return []
+        rest = _Slot(verdict.rest, slot.no_speech_prob)
+        self.slots.insert(self.slots.index(slot) + 1, rest)
+        return [rest]
 
     def _times(self, piece: TimedText) -> tuple[float, float]:
         """A segment's start and end (ms precision): moved in to its speech with ``vad``."""
