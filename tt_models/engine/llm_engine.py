@@ -188,7 +188,7 @@ class LLMEngine:
                 self.runner.execute_swaps(out)
             return outputs
         if out.is_prefill:
-            logits, model_rows = self.runner.execute(out, self.scheduler.kvs), None
+            logits, model_rows = self.runner.prefill(out, self.scheduler.kvs), None
         else:
             logits, model_rows = self.runner.collect(self.runner.launch(out, self.scheduler.kvs,
                                                                         self._on_device(out)))

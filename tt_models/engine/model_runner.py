@@ -135,12 +135,10 @@ class ModelRunner:
 
     # Steps.
 
-    def execute(self, out: SchedulerOutput, kvs: list[Any]) -> torch.Tensor:
-        """Run the step (``kvs``: each replica's block manager); returns float32 logits ``[len(out.scheduled),
-        vocab]`` at each row's last token."""
-        if not out.is_prefill:
-            logits, rows = self.collect(self.launch(out, kvs))
-            return logits if rows is None else logits[torch.from_numpy(rows).long()]
+    def prefill(self, out: SchedulerOutput, kvs: list[Any]) -> torch.Tensor:
+        """Run a prefill step (``kvs``: each replica's block manager); returns float32 logits
+        ``[len(out.scheduled), vocab]`` at each row's last token. (A decode step is :meth:`launch`, then
+        :meth:`collect`.)"""
         step = self._prepare(out, kvs)
         encoder_inputs = None
         if self.uses_cross:
