@@ -53,6 +53,7 @@ class _Slot:
     segments: list[Segment] = field(default_factory=list)
     done: bool = False
     attempt: int = 0  # the index of the temperature it is decoded at
+    judged: tuple[RequestOutput, _Verdict] | None = None  # its last final output and verdict (a stream asks first)
 
 
 @dataclass(frozen=True)
@@ -300,22 +301,28 @@ class LongFormTranscription:
         """What a window's final output comes to, as openai-whisper and HF judge it (on the whole output's text and
         logprobs, which its segments also report): decoded again at the next temperature, silence (no pieces), or
         its pieces and the stretch left unfinished, if long enough to decode again."""
+        if slot.judged is not None and slot.judged[0] is output:
+            return slot.judged[1]
         seq = output.outputs[0]
         ratio = compression_ratio(self._decode([t for t in seq.token_ids if t < self.eos_token_id]))
         avg_logprob = (seq.cumulative_logprob or 0.0) / max(len(seq.token_ids), 1)
         no_speech_prob = self._no_speech_prob(slot, seq)
         verdict = _Verdict(False, [], None, ratio, avg_logprob, no_speech_prob)
         if is_silence(self.options, avg_logprob, no_speech_prob):  # HF's should_skip: seek past the window
-            return verdict
-        if slot.attempt < len(self.temperatures) - 1 and needs_fallback(self.options, ratio, avg_logprob):
-            return replace(verdict, retry=True)
-        read = self._read(slot, output, final=True)
-        window = slot.window
-        if read.resume_at is not None and read.resume_at > 0 and \
-                window.end - window.start - read.resume_at * SAMPLE_RATE >= MIN_REST_SECONDS * SAMPLE_RATE:
-            return replace(verdict, pieces=read.segments,
-                           rest=Window(window.start + round(read.resume_at * SAMPLE_RATE), window.end))
-        return replace(verdict, pieces=[*read.segments, *([read.rest] if read.rest is not None else [])])
+            pass
+        elif slot.attempt < len(self.temperatures) - 1 and needs_fallback(self.options, ratio, avg_logprob):
+            verdict = replace(verdict, retry=True)
+        else:
+            read = self._read(slot, output, final=True)
+            window = slot.window
+            if read.resume_at is not None and read.resume_at > 0 and \
+                    window.end - window.start - read.resume_at * SAMPLE_RATE >= MIN_REST_SECONDS * SAMPLE_RATE:
+                verdict = replace(verdict, pieces=read.segments,
+                                  rest=Window(window.start + round(read.resume_at * SAMPLE_RATE), window.end))
+            else:
+                verdict = replace(verdict, pieces=[*read.segments, *([read.rest] if read.rest is not None else [])])
+        slot.judged = output, verdict
+        return verdict
 
     def _finish(self, slot: _Slot, output: RequestOutput) -> list[_Slot]:
         """Record a window's final output; returns what to decode next for it: the window again at the next
