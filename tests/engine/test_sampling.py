@@ -12,7 +12,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig
 
-from tt_models.engine.sampling import LogitsRules, RowState, Sampler, SamplingParams, check_stop
+from tt_models.engine.sampler import Sampler
+from tt_models.engine.sampling import LogitsRules, RowState, SamplingParams, check_stop
 
 
 def row(prompt=(), output=(), eos=None, **params) -> RowState:

@@ -23,7 +23,8 @@ from tt_models.engine.inputs import InputProcessor, PromptType
 from tt_models.engine.model_runner import ModelRunner
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.request import Request, RequestStatus, Sequence
-from tt_models.engine.sampling import LogitsRules, RequestOutputKind, Sampler, SamplingParams
+from tt_models.engine.sampler import Sampler
+from tt_models.engine.sampling import LogitsRules, RequestOutputKind, SamplingParams
 from tt_models.engine.scheduler import Scheduler, SchedulerOutput
 
 

@@ -1,6 +1,7 @@
-"""Sampling on the host: vLLM's ``SamplingParams``, model logits rules, a batched sampler and stop checks.
+"""Sampling on the host: vLLM's ``SamplingParams``, model logits rules, each row's sampling state and stop checks
+(the sampler that uses them is ``tt_models.engine.sampler``).
 
-The model hands back float32 logits ``[B, V]`` per step and the engine picks tokens here. Names, defaults,
+The model hands back float32 logits ``[B, V]`` per step and the engine picks tokens from them. Names, defaults,
 validation and the order of operations follow vLLM 0.25.1 so that requests behave as they would under
 vLLM: ``vllm/sampling_params.py`` (the parameters), ``vllm/v1/sample/sampler.py`` and ``ops/`` (the
 sampler), ``vllm/v1/core/sched/utils.py`` and ``vllm/v1/engine/detokenizer.py`` (stopping). vLLM itself is
@@ -16,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class TimestampRules:
         if not index:
             return
         begin = self.timestamp_begin
-        sub = take_rows(logits, index) if len(index) < len(rows) else logits
+        sub = logits.index_select(0, torch.tensor(index)) if len(index) < len(rows) else logits
         vocab = torch.arange(sub.shape[1])
         history = torch.tensor([rows[i].timestamp_history(begin) for i in index], dtype=torch.int64)
         last_ts, penultimate_ts, lowest, first = (history[:, k, None] for k in range(4))
@@ -291,11 +291,17 @@ class RowState:
     generator: torch.Generator | None = field(init=False, default=None)
     allowed_ids: torch.Tensor | None = field(init=False, default=None)  # the params' lists as index tensors,
     logprob_ids: torch.Tensor | None = field(init=False, default=None)  # built once, not at every step
-    prompt_ids: torch.Tensor | None = field(init=False, default=None)  # the prompt's distinct ids (repetition)
     timestamps: bool = field(init=False, default=False)  # Whisper's timestamp rules apply to this row
     _timestamps_seen: int = field(init=False, default=0)  # outputs scanned by timestamp_history
     _last_timestamp: int | None = field(init=False, default=None)
-    # Greedy on the logits as they are, no logprobs: the sampler's fast path (decided once, not per step).
+    # The penalties' view of the outputs, kept up to date a token at a time (not recounted every step): each
+    # output id's count, and every id seen in the prompt or the outputs (the repetition penalty's).
+    _counts: dict[int, int] = field(init=False, default_factory=dict)
+    _seen: dict[int, None] = field(init=False, default_factory=dict)
+    _counted: int = field(init=False, default=0)
+    # Decided once, not per step: some step may change this row's logits before it is sampled (allowed ids,
+    # min_tokens, penalties, timestamp rules); greedy on the logits as they are, no logprobs (the fast path).
+    processed: bool = field(init=False, default=False)
     plain_greedy: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
@@ -306,12 +312,33 @@ class RowState:
         if self.params.logprob_token_ids:
             self.logprob_ids = torch.tensor(self.params.logprob_token_ids, dtype=torch.int64)
         if self.params.repetition_penalty != 1.0:
-            self.prompt_ids = torch.unique(torch.as_tensor(self.prompt_token_ids, dtype=torch.int64))
+            self._seen = dict.fromkeys(self.prompt_token_ids)
         self.timestamps = bool((self.params.extra_args or {}).get("timestamps"))
         p = self.params
-        self.plain_greedy = (p.greedy and p.num_logprobs is None and self.allowed_ids is None and not p.min_tokens
-                             and p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0
-                             and p.presence_penalty == 0.0 and not self.timestamps)
+        self.processed = (self.allowed_ids is not None or p.min_tokens > 0 or self.penalized or self.timestamps)
+        self.plain_greedy = p.greedy and p.num_logprobs is None and not self.processed
+
+    @property
+    def penalized(self) -> bool:
+        p = self.params
+        return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+
+    def output_counts(self) -> dict[int, int]:
+        """Each distinct output id's count (insertion-ordered); only the tokens appended since the last call are
+        counted. With a repetition penalty, :attr:`seen_ids` follows along."""
+        out, counts = self.output_token_ids, self._counts
+        track_seen = self.params.repetition_penalty != 1.0
+        for token in out[self._counted:]:
+            counts[token] = counts.get(token, 0) + 1
+            if track_seen:
+                self._seen[token] = None
+        self._counted = len(out)
+        return counts
+
+    @property
+    def seen_ids(self) -> dict[int, None]:
+        """The distinct ids of the prompt and of the outputs counted by :meth:`output_counts` (repetition only)."""
+        return self._seen
 
     def timestamp_history(self, timestamp_begin: int) -> tuple[int, int, int, int]:
         """What the timestamp rules need of the outputs: (last is a timestamp, the one before is a timestamp or
@@ -346,232 +373,6 @@ class TokenLogprobs:
 class SamplerOutput:
     tokens: torch.Tensor  # [B] int64
     logprobs: list[TokenLogprobs | None]  # None for rows that asked for none
-
-
-class Sampler:
-    """vLLM v1's sampler for host logits: allowed_token_ids, min_tokens, penalties, the model's rules, then greedy
-    argmax or temperature -> min_p -> top-k -> top-p -> exponential-race sampling. Logprobs are vLLM's default
-    ``logprobs_mode="raw_logprobs"``: the log-softmax of the logits as the model returned them."""
-
-    def __init__(self, rules: LogitsRules | None = None) -> None:
-        self.rules = rules or LogitsRules()
-
-    def process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
-        """The steps that can change the greedy choice, on a float32 copy: allowed_token_ids, min_tokens,
-        penalties, rules."""
-        logits = logits.to(torch.float32, copy=True)
-        _apply_allowed_token_ids(logits, rows)
-        _apply_min_tokens(logits, rows)
-        _apply_penalties(logits, rows)
-        self.rules.apply(logits, [len(r.output_token_ids) for r in rows])
-        if self.rules.timestamps is not None:
-            self.rules.timestamps.apply(logits, rows)
-        return logits
-
-    def sample(self, logits: torch.Tensor, rows: Sequence[RowState],
-               index: Sequence[int] | None = None) -> SamplerOutput:
-        """Pick one token per state in ``rows``: from row ``index[i]`` of ``logits [B, V]`` for state ``i`` (None:
-        row ``i``, ``B == len(rows)``); the input tensor is left unchanged."""
-        assert logits.dim() == 2 and (logits.shape[0] == len(rows) if index is None else len(index) == len(rows))
-        if self.rules.is_empty and all(r.plain_greedy for r in rows):  # one pass over the logits, no copy
-            if index is None:
-                return SamplerOutput(argmax(logits), [None] * len(rows))
-            return SamplerOutput(argmax(logits)[index], [None] * len(rows))
-        if index is not None:
-            logits = take_rows(logits, index)
-        # Rows that take the argmax of their logits as they are skip the rest (and its copy of their logits).
-        plain = [i for i, r in enumerate(rows) if r.plain_greedy] if self.rules.is_empty else []
-        if not plain:
-            return self._sample(logits, rows)
-        tokens = torch.empty(len(rows), dtype=torch.int64)
-        tokens[plain] = argmax(take_rows(logits, plain))
-        rest = [i for i, r in enumerate(rows) if not r.plain_greedy]
-        sampled = self._sample(take_rows(logits, rest), [rows[i] for i in rest])
-        tokens[rest] = sampled.tokens
-        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
-        for i, lp in zip(rest, sampled.logprobs):
-            logprobs[i] = lp
-        return SamplerOutput(tokens, logprobs)
-
-    def _sample(self, logits: torch.Tensor, rows: Sequence[RowState]) -> SamplerOutput:
-        want = [i for i, r in enumerate(rows) if r.params.num_logprobs is not None]
-        # Raw logprobs of the rows that asked for them, before any processing.
-        raw_logprobs = take_rows(logits, want).log_softmax(dim=-1, dtype=torch.float32) if want else None
-        logits = self.process(logits, rows)
-        tokens = argmax(logits)
-        random = [i for i, r in enumerate(rows) if not r.params.greedy]
-        if random:
-            tokens[random] = _random_sample(take_rows(logits, random), [rows[i] for i in random])
-        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
-        if want:
-            for i, lp in zip(want, _gather_logprobs(raw_logprobs, tokens[want], [rows[i] for i in want])):
-                logprobs[i] = lp
-        return SamplerOutput(tokens, logprobs)
-
-
-def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
-    """``x[rows]`` by ``index_select``: a copy per row, 5x faster than indexing by a list over ``[B, V]``."""
-    return x.index_select(0, torch.tensor(rows, dtype=torch.int64))
-
-
-def argmax(logits: torch.Tensor) -> torch.Tensor:
-    """The first maximum of each row, as ``torch.argmax``; float32 host logits go through numpy's SIMD argmax
-    (13x torch's single-thread one over ``[32, 49152]``: 0.16 ms against 2.1 ms)."""
-    if logits.dtype == torch.float32 and logits.device.type == "cpu":
-        return torch.from_numpy(np.argmax(logits.numpy(), axis=-1))
-    return logits.argmax(dim=-1)
-
-
-def _apply_allowed_token_ids(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
-    """Every logit of a row outside its ``allowed_token_ids`` becomes -inf (vLLM's ``allowed_token_ids_mask``),
-    one ``masked_fill_`` over the batch; rows without the parameter are left alone."""
-    limited = [i for i, r in enumerate(rows) if r.allowed_ids is not None]
-    if not limited:
-        return
-    allowed = [rows[i].allowed_ids for i in limited]
-    masked = torch.zeros_like(logits, dtype=torch.bool)
-    masked[limited] = True
-    row_of_id = torch.tensor(limited).repeat_interleave(torch.tensor([len(a) for a in allowed]))
-    masked[row_of_id, torch.cat(allowed)] = False
-    logits.masked_fill_(masked, -math.inf)
-
-
-def _apply_min_tokens(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
-    """Until a row has ``min_tokens`` outputs, its eos and stop_token_ids are -inf (vLLM's
-    ``MinTokensLogitsProcessor``; eos counts even with ``ignore_eos``, as in ``all_stop_token_ids``)."""
-    row_idx: list[int] = []
-    tok_idx: list[int] = []
-    for i, r in enumerate(rows):
-        if len(r.output_token_ids) < r.params.min_tokens:
-            stops = set(r.params.stop_token_ids)
-            if r.eos_token_id is not None:
-                stops.add(r.eos_token_id)
-            row_idx += [i] * len(stops)
-            tok_idx += stops
-    if row_idx:
-        logits[row_idx, tok_idx] = -math.inf
-
-
-def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
-    """vLLM's ``apply_penalties`` (model_executor/layers/utils.py, torch repetition op in _custom_ops.py):
-    repetition over prompt + output (positive logits multiplied by ``1 / penalty``, others by it), then the OpenAI
-    ``logit -= frequency * count`` and ``logit -= presence * [count > 0]`` over the output only. The same float32
-    operations as vLLM's ``[B, V]`` masks, on the ids each penalized row has seen (a few hundred, not the
-    vocabulary)."""
-    for i, r in enumerate(rows):
-        p = r.params
-        if p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0:
-            continue
-        row = logits[i]
-        output_ids, counts = torch.unique(torch.as_tensor(r.output_token_ids, dtype=torch.int64), return_counts=True)
-        if p.repetition_penalty != 1.0:
-            seen = torch.unique(torch.cat([r.prompt_ids, output_ids]))
-            penalty = torch.tensor(p.repetition_penalty, dtype=torch.float32)
-            values = row[seen]
-            row[seen] = values * torch.where(values > 0, 1.0 / penalty, penalty)
-        if len(output_ids):
-            values = row[output_ids] - torch.tensor(p.frequency_penalty, dtype=torch.float32) * counts
-            row[output_ids] = values - torch.tensor(p.presence_penalty, dtype=torch.float32)
-
-
-def _apply_top_p(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """vLLM's top-p (``apply_top_k_top_p_pytorch``): on the ascending sort, the low tail whose cumulative
-    probability is <= 1 - p is dropped (the top token stays)."""
-    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
-    cumulative = logits_sort.softmax(dim=-1).cumsum(dim=-1)
-    mask = cumulative <= 1 - p[:, None]
-    mask[:, -1] = False
-    logits_sort.masked_fill_(mask, -math.inf)
-    return logits.scatter(1, logits_idx, logits_sort)
-
-
-def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
-    """Temperature, min_p (vLLM's argmax-invariant processor), top-k/top-p, then a draw from what is left. A row
-    with top-k works on its ``k`` candidates (every logit tied with the k-th too, as vLLM keeps them), not the
-    sorted vocabulary; the others sort theirs for top-p. The draw inverts the row's cumulative distribution at one
-    uniform: the distribution of vLLM's exponential race, at one random number per row instead of one per
-    vocabulary entry. A seeded row draws from its own generator, so its tokens depend on its seed alone, not on
-    the batch."""
-    params = [r.params for r in rows]
-    vocab_size = logits.shape[1]
-    logits = logits / torch.tensor([x.temperature for x in params], dtype=torch.float32)[:, None]
-
-    if any(x.min_p > 0 for x in params):
-        probs = logits.softmax(dim=-1)
-        threshold = probs.amax(dim=-1, keepdim=True) * torch.tensor([x.min_p for x in params])[:, None]
-        logits = logits.masked_fill(probs < threshold, -math.inf)
-
-    tokens = torch.empty(len(rows), dtype=torch.int64)
-    whole = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size]
-    limited = [i for i, x in enumerate(params) if 0 < x.top_k < vocab_size]
-    for i, (values, ids) in zip(limited, _top_k(take_rows(logits, limited), [params[i].top_k for i in limited])):
-        if params[i].top_p < 1:
-            values = _apply_top_p(values[None], torch.tensor([params[i].top_p]))[0]
-        uniform = torch.rand(1, 1, generator=rows[i].generator)
-        tokens[i] = ids[_invert(values.softmax(dim=-1).cumsum(dim=-1)[None], uniform)[0]]
-    if whole:
-        top_p = torch.tensor([params[i].top_p for i in whole], dtype=torch.float32)
-        kept = take_rows(logits, whole)
-        if (top_p < 1).any():
-            kept = _apply_top_p(kept, top_p)
-        cdf = kept.softmax(dim=-1).cumsum(dim=-1)
-        unseeded = [j for j, i in enumerate(whole) if rows[i].generator is None]
-        if unseeded:
-            tokens[[whole[j] for j in unseeded]] = _invert(take_rows(cdf, unseeded), torch.rand(len(unseeded), 1))
-        for j, i in enumerate(whole):
-            if rows[i].generator is not None:
-                tokens[i] = _invert(cdf[j:j + 1], torch.rand(1, 1, generator=rows[i].generator))[0]
-    return tokens
-
-
-def _top_k(logits: torch.Tensor, ks: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each row's logits >= its k-th largest (ties kept, as vLLM's top-k mask keeps them), largest first, with
-    their ids: one top-k at the largest k over all the rows, one count of each row's ties."""
-    if not ks:
-        return []
-    values, ids = logits.topk(max(ks), dim=-1)
-    kth = values[torch.arange(len(ks)), torch.tensor(ks) - 1]
-    counts = (logits >= kth[:, None]).sum(dim=-1).tolist()
-    out = []
-    for row, (k, count) in enumerate(zip(ks, counts)):
-        out.append(logits[row].topk(count) if count > max(ks) else (values[row, :count], ids[row, :count]))
-    return out
-
-
-def _invert(cdf: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Each row's draw by inverting its cumulative distribution ``[n, V]`` at ``uniform [n, 1]`` in [0, 1): the first
-    entry whose cumulative probability exceeds it (entries of zero probability add no width, so they are never
-    drawn)."""
-    index = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True)[:, 0]
-    return index.clamp_(max=cdf.shape[1] - 1)
-
-
-def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
-                     rows: Sequence[RowState]) -> list[TokenLogprobs | None]:
-    """vLLM's ``gather_logprobs``: one top-k at the batch's largest ``logprobs``, each row cut to its own; a row
-    with ``logprob_token_ids`` gets exactly those ids, in its order (``gather_specific_token_logprobs``)."""
-    vocab_size = raw_logprobs.shape[1]
-    wanted = [None if r.params.logprobs is None or r.logprob_ids is not None else
-              (vocab_size if r.params.logprobs == -1 else min(r.params.logprobs, vocab_size)) for r in rows]
-    top_k = max((w for w in wanted if w is not None), default=0)
-    top_values, top_indices = raw_logprobs.topk(top_k, dim=-1) if top_k else (None, None)
-    specific = [i for i, r in enumerate(rows) if r.logprob_ids is not None]
-    if specific:
-        ids = torch.nn.utils.rnn.pad_sequence([rows[i].logprob_ids for i in specific], batch_first=True)
-        specific_values = dict(zip(specific, raw_logprobs[specific].gather(1, ids).tolist()))
-    token_logprobs = raw_logprobs.gather(1, tokens[:, None])
-    ranks = (raw_logprobs >= token_logprobs).sum(dim=-1)
-    out: list[TokenLogprobs | None] = []
-    for i, (w, r) in enumerate(zip(wanted, rows)):
-        if r.logprob_ids is not None:
-            top = list(zip(r.params.logprob_token_ids, specific_values[i]))
-        elif w is not None:
-            top = list(zip(top_indices[i, :w].tolist(), top_values[i, :w].tolist())) if w else []
-        else:
-            out.append(None)
-            continue
-        out.append(TokenLogprobs(int(tokens[i]), float(token_logprobs[i, 0]), int(ranks[i]), top))
-    return out
 
 
 def check_stop_tokens(token_ids: Sequence[int], params: SamplingParams,

@@ -60,6 +60,8 @@ def quantize(values: torch.Tensor, dtype: DataType, *, device_packer: bool = Fal
     if dtype == DataType.BFLOAT16:
         return bfp.round_to_bfloat16(values.to(torch.float32))
     if dtype in BLOCK_FLOAT_DTYPES:
+        if not values.any():  # zeros (a KV pool being allocated) pack to zeros: skip the packer's passes
+            return torch.zeros(values.shape, dtype=torch.float32)
         bits = bfp.MANTISSA_BITS[dtype.name.lower()]
         pack = bfp.pack_device if device_packer else bfp.pack_host
         return pack(values.to(torch.float32), bits)

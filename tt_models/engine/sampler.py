@@ -1,0 +1,371 @@
+"""The host sampler: vLLM v1's sampler over a step's float32 logits ``[B, V]``, in few passes over the vocabulary.
+
+On one core a pass over 8 rows of a 49k vocabulary costs 20-300 µs (a max: 20, an exp: 130, a ``torch.topk``: 300;
+a sort: 25 ms), so each row is touched only as often as vLLM's semantics need:
+
+- greedy rows: one argmax (numpy's SIMD one);
+- raw logprobs: the row's log-normalizer (max, exp, sum) and its top-n logits, not a materialized log-softmax;
+- top-k (:func:`top_k`): the k largest logits of a row lie in the k blocks of 128 entries with the largest maxima
+  (outside them every entry is at most the smallest of those k maxima), so a max per block and a top-k over k
+  blocks replace a top-k over the vocabulary;
+- top-p without top-k: the nucleus is the first m logits whose mass reaches p, found among growing top-K candidates
+  instead of by sorting the vocabulary;
+- a draw from a whole row inverts its cumulative distribution blockwise (block sums, then one block's cumsum);
+- penalties touch only the ids each row has seen, for all rows in one gather and one scatter.
+
+Order and semantics are vLLM 0.25.1's (``vllm/v1/sample/sampler.py`` and ``ops/``): allowed_token_ids, min_tokens,
+penalties, the model's rules, then greedy argmax or temperature -> min_p -> top-k -> top-p -> a draw. Logprobs are
+vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the logits as the model returned them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from tt_models.engine.sampling import LogitsRules, RowState, SamplerOutput, TokenLogprobs
+
+BLOCK = 128  # the width of the blocks top_k searches (it divides the vocabularies of Llama, Qwen2, Mistral, SmolLM2)
+NUCLEUS_START = 64  # top-p's first candidate count, multiplied by 4 until the nucleus is inside
+
+
+class Sampler:
+    """Picks each row's next token from host logits, as vLLM v1's sampler does (see the module's docstring)."""
+
+    def __init__(self, rules: LogitsRules | None = None) -> None:
+        self.rules = rules or LogitsRules()
+
+    def process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
+        """The steps that can change the greedy choice, on a float32 copy: allowed_token_ids, min_tokens,
+        penalties, rules."""
+        return self._process(logits.to(torch.float32, copy=True), rows)
+
+    def _process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
+        _apply_allowed_token_ids(logits, rows)
+        _apply_min_tokens(logits, rows)
+        _apply_penalties(logits, rows)
+        self.rules.apply(logits, [len(r.output_token_ids) for r in rows])
+        if self.rules.timestamps is not None:
+            self.rules.timestamps.apply(logits, rows)
+        return logits
+
+    def sample(self, logits: torch.Tensor, rows: Sequence[RowState],
+               index: Sequence[int] | None = None) -> SamplerOutput:
+        """Pick one token per state in ``rows``: from row ``index[i]`` of ``logits [B, V]`` for state ``i`` (None:
+        row ``i``, ``B == len(rows)``); the input tensor is left unchanged."""
+        assert logits.dim() == 2 and (logits.shape[0] == len(rows) if index is None else len(index) == len(rows))
+        if self.rules.is_empty and all(r.plain_greedy for r in rows):  # one pass over the logits, no copy
+            tokens = argmax(logits)
+            return SamplerOutput(tokens if index is None else tokens[index], [None] * len(rows))
+        at = list(range(len(rows))) if index is None else list(index)
+        batch = _Batch(logits, at)
+        # Rows whose logits some step changes get them in a copy; the others are read where they are.
+        changed = [i for i, r in enumerate(rows) if r.processed or not self.rules.is_empty]
+        if changed:
+            batch.replace(changed, self._process(batch.take(changed), [rows[i] for i in changed]))
+        tokens = torch.empty(len(rows), dtype=torch.int64)
+        greedy = [i for i, r in enumerate(rows) if r.params.greedy]
+        if greedy:
+            tokens[greedy] = argmax(batch.take(greedy, copy=False))
+        random = [i for i, r in enumerate(rows) if not r.params.greedy]
+        if random:
+            tokens[random] = _random_sample(batch.take(random), [rows[i] for i in random])
+        logprobs: list[TokenLogprobs | None] = [None] * len(rows)
+        want = [i for i, r in enumerate(rows) if r.params.num_logprobs is not None]
+        if want:  # raw: from the logits as the model returned them
+            raw = logits.index_select(0, torch.tensor([at[i] for i in want])) if index is not None or \
+                len(want) < len(rows) else logits
+            for i, lp in zip(want, _gather_logprobs(raw, tokens[want].tolist(), [rows[i] for i in want])):
+                logprobs[i] = lp
+        return SamplerOutput(tokens, logprobs)
+
+
+class _Batch:
+    """The rows a step samples from: each state's row of the model's logits, or of a processed copy."""
+
+    def __init__(self, logits: torch.Tensor, at: list[int]) -> None:
+        self.sources = [(logits, at)]
+        self.source_of = [0] * len(at)
+
+    def replace(self, states: list[int], rows: torch.Tensor) -> None:
+        """States ``states`` now read row ``j`` of ``rows`` (their processed logits)."""
+        self.sources.append((rows, [0] * len(self.source_of)))
+        for j, i in enumerate(states):
+            self.sources[-1][1][i] = j
+            self.source_of[i] = len(self.sources) - 1
+
+    def take(self, states: list[int], copy: bool = True) -> torch.Tensor:
+        """The states' rows as one ``[len(states), V]`` tensor: a copy of its own, or (``copy=False``, to read only)
+        the source itself when it holds exactly those rows in order."""
+        groups: dict[int, list[int]] = {}
+        for pos, i in enumerate(states):
+            groups.setdefault(self.source_of[i], []).append(pos)
+        if len(groups) == 1:
+            (source,) = groups
+            tensor, at = self.sources[source]
+            rows = [at[i] for i in states]
+            if not copy and rows == list(range(tensor.shape[0])):
+                return tensor
+            return take_rows(tensor, rows)
+        out = torch.empty(len(states), self.sources[0][0].shape[1], dtype=torch.float32)
+        for source, positions in groups.items():
+            tensor, at = self.sources[source]
+            out[positions] = take_rows(tensor, [at[states[p]] for p in positions])
+        return out
+
+
+def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+    """``x[rows]`` by ``index_select``: a copy per row, 5x faster than indexing by a list over ``[B, V]``."""
+    return x.index_select(0, torch.tensor(rows, dtype=torch.int64))
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """The first maximum of each row, as ``torch.argmax``; float32 host logits go through numpy's SIMD argmax
+    (13x torch's single-thread one over ``[32, 49152]``)."""
+    if logits.dtype == torch.float32 and logits.device.type == "cpu":
+        return torch.from_numpy(np.argmax(logits.numpy(), axis=-1))
+    return logits.argmax(dim=-1)
+
+
+def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(x, k)`` of ``x [n, V]``: each row's k largest values, largest first, and their ids (which of
+    several equal values comes back may differ). Found among the row's k blocks of ``BLOCK`` entries with the
+    largest maxima: a block left out has a maximum no larger than any chosen block's, so it holds nothing that
+    beats the k chosen maxima."""
+    n, vocab = x.shape
+    if vocab % BLOCK or 4 * k * BLOCK > vocab:
+        return x.topk(k, dim=-1)
+    blocks = x.reshape(n, vocab // BLOCK, BLOCK)
+    chosen = blocks.amax(dim=-1).topk(k, dim=-1).indices  # [n, k]
+    candidates = blocks.gather(1, chosen[:, :, None].expand(n, k, BLOCK)).view(n, k * BLOCK)
+    values, at = candidates.topk(k, dim=-1)
+    return values, chosen.gather(1, at // BLOCK) * BLOCK + at % BLOCK
+
+
+def _apply_allowed_token_ids(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+    """Every logit of a row outside its ``allowed_token_ids`` becomes -inf (vLLM's ``allowed_token_ids_mask``),
+    one ``masked_fill_`` over the batch; rows without the parameter are left alone."""
+    limited = [i for i, r in enumerate(rows) if r.allowed_ids is not None]
+    if not limited:
+        return
+    allowed = [rows[i].allowed_ids for i in limited]
+    masked = torch.zeros_like(logits, dtype=torch.bool)
+    masked[limited] = True
+    row_of_id = torch.tensor(limited).repeat_interleave(torch.tensor([len(a) for a in allowed]))
+    masked[row_of_id, torch.cat(allowed)] = False
+    logits.masked_fill_(masked, -math.inf)
+
+
+def _apply_min_tokens(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+    """Until a row has ``min_tokens`` outputs, its eos and stop_token_ids are -inf (vLLM's
+    ``MinTokensLogitsProcessor``; eos counts even with ``ignore_eos``, as in ``all_stop_token_ids``)."""
+    row_idx: list[int] = []
+    tok_idx: list[int] = []
+    for i, r in enumerate(rows):
+        if len(r.output_token_ids) < r.params.min_tokens:
+            stops = set(r.params.stop_token_ids)
+            if r.eos_token_id is not None:
+                stops.add(r.eos_token_id)
+            row_idx += [i] * len(stops)
+            tok_idx += stops
+    if row_idx:
+        logits[row_idx, tok_idx] = -math.inf
+
+
+def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
+    """vLLM's ``apply_penalties`` (model_executor/layers/utils.py, torch repetition op in _custom_ops.py):
+    repetition over prompt + output (positive logits multiplied by ``1 / penalty``, others by it), then the OpenAI
+    ``logit -= frequency * count`` and ``logit -= presence * [count > 0]`` over the output only. The same float32
+    operations as vLLM's ``[B, V]`` masks, on the ids the penalized rows have seen, all rows in one gather and one
+    scatter per penalty."""
+    seen_rows: list[int] = []
+    seen_ids: list[int] = []
+    repetition: list[float] = []
+    out_rows: list[int] = []
+    out_ids: list[int] = []
+    counts: list[int] = []
+    frequency: list[float] = []
+    presence: list[float] = []
+    for i, r in enumerate(rows):
+        if not r.penalized:
+            continue
+        p = r.params
+        row_counts = r.output_counts()
+        if p.repetition_penalty != 1.0:
+            seen_ids += r.seen_ids
+            seen_rows += [i] * len(r.seen_ids)
+            repetition += [p.repetition_penalty] * len(r.seen_ids)
+        if row_counts and (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0):
+            out_ids += row_counts
+            counts += row_counts.values()
+            out_rows += [i] * len(row_counts)
+            frequency += [p.frequency_penalty] * len(row_counts)
+            presence += [p.presence_penalty] * len(row_counts)
+    if seen_ids:
+        where = (torch.tensor(seen_rows), torch.tensor(seen_ids))
+        penalty = torch.tensor(repetition, dtype=torch.float32)
+        values = logits[where]
+        logits[where] = values * torch.where(values > 0, 1.0 / penalty, penalty)
+    if out_ids:
+        where = (torch.tensor(out_rows), torch.tensor(out_ids))
+        values = logits[where] - torch.tensor(frequency, dtype=torch.float32) * torch.tensor(counts)
+        logits[where] = values - torch.tensor(presence, dtype=torch.float32)
+
+
+def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
+    """Temperature (in place: ``logits`` is the caller's copy), min_p (vLLM's argmax-invariant processor),
+    top-k/top-p, then a draw from what is left by inverting its cumulative distribution at one uniform per row: the
+    distribution of vLLM's exponential race, at one random number per row instead of one per vocabulary entry. A
+    seeded row draws from its own generator, so its tokens depend on its seed alone, not on the batch."""
+    params = [r.params for r in rows]
+    vocab_size = logits.shape[1]
+    logits.div_(torch.tensor([x.temperature for x in params], dtype=torch.float32)[:, None])
+    if any(x.min_p > 0 for x in params):
+        probs = logits.softmax(dim=-1)
+        threshold = probs.amax(dim=-1, keepdim=True) * torch.tensor([x.min_p for x in params])[:, None]
+        logits.masked_fill_(probs < threshold, -math.inf)
+    uniform = torch.rand(len(rows)).tolist()  # the unseeded rows' draws
+    for i, r in enumerate(rows):
+        if r.generator is not None:
+            uniform[i] = float(torch.rand(1, generator=r.generator))
+
+    tokens = torch.empty(len(rows), dtype=torch.int64)
+    limited = [i for i, x in enumerate(params) if 0 < x.top_k < vocab_size]
+    nucleus = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size and x.top_p < 1]
+    whole = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size and x.top_p >= 1]
+    candidates = _top_k_kept(take_rows(logits, limited), [params[i].top_k for i in limited]) if limited else []
+    for i, (values, ids) in zip(limited, candidates):
+        if params[i].top_p < 1:  # top-p within the top k (vLLM masks top-k, then takes top-p of what is left)
+            shifted = values - values[0]
+            values, ids = _top_p_of_sorted(shifted, ids, params[i].top_p, shifted.exp().sum())
+        tokens[i] = ids[_invert(values, uniform[i])]
+    if nucleus:
+        kept = _nucleus(_subset(logits, nucleus), [params[i].top_p for i in nucleus])
+        for i, (values, ids) in zip(nucleus, kept):
+            tokens[i] = ids[_invert(values, uniform[i])]
+    if whole:
+        tokens[whole] = torch.from_numpy(_draw_rows(_subset(logits, whole).numpy(), [uniform[i] for i in whole]))
+    return tokens
+
+
+def _subset(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """``x``'s rows ``rows``: ``x`` itself when they are all of them, in order."""
+    return x if rows == list(range(x.shape[0])) else take_rows(x, rows)
+
+
+def _top_k_kept(logits: torch.Tensor, ks: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each row's logits >= its k-th largest, largest first, with their ids: vLLM's top-k mask, which keeps every
+    logit tied with the k-th. One top-k at the largest k + 1 over the rows tells whether the k-th has a tie; a row
+    that has one takes a top-k over its own vocabulary."""
+    width = min(max(ks) + 1, logits.shape[1])
+    values, ids = top_k(logits, width)
+    listed = values.tolist()
+    out = []
+    for row, k in enumerate(ks):
+        if k < width and listed[row][k] < listed[row][k - 1]:
+            out.append((values[row, :k], ids[row, :k]))
+        else:
+            count = int((logits[row] >= listed[row][k - 1]).sum())
+            out.append(logits[row].topk(count))
+    return out
+
+
+def _top_p_of_sorted(values: torch.Tensor, ids: torch.Tensor, p: float,
+                     mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """vLLM's top-p on a row's largest logits, largest first and shifted by the row's maximum, whose exponentials'
+    sum over the whole row is ``mass``: vLLM drops the low tail (ascending) whose cumulative probability is
+    <= 1 - p, so the kept logits are the first m whose probabilities sum to at least p (the top one always). None
+    when the given values do not reach p."""
+    cumulative = (values.exp() / mass).cumsum(dim=0)
+    reached = torch.nonzero(cumulative >= p)
+    if len(reached) == 0:
+        return None
+    m = int(reached[0]) + 1
+    return values[:m], ids[:m]
+
+
+def _nucleus(logits: torch.Tensor, ps: list[float]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each row's top-p set (largest first, with ids) without sorting its vocabulary: among its largest
+    ``NUCLEUS_START`` logits, then 4x as many, until their probabilities reach p (at the whole vocabulary, every
+    logit is kept)."""
+    vocab = logits.shape[1]
+    shift = logits.amax(dim=-1, keepdim=True)
+    mass = torch.from_numpy(np.exp((logits - shift).numpy()).sum(axis=-1))  # each row's normalizer, shifted by its max
+    out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    pending, k = list(range(len(ps))), NUCLEUS_START
+    while pending:
+        k = min(k, vocab)
+        values, ids = top_k(_subset(logits, pending), k)  # (of the logits themselves: shifting may merge neighbours)
+        for j, row in enumerate(pending):
+            kept = _top_p_of_sorted(values[j] - shift[row], ids[j], ps[row], mass[row])
+            if kept is None and k == vocab:  # rounding kept the total under p: vLLM keeps everything then
+                kept = (values[j], ids[j])
+            if kept is not None:
+                out[row] = kept
+        pending = [row for row in pending if row not in out]
+        k *= 4
+    return [out[row] for row in range(len(ps))]
+
+
+def _invert(values: torch.Tensor, uniform: float) -> int:
+    """The draw at ``uniform`` in [0, 1) from the softmax of a few logits: the first entry whose cumulative
+    probability exceeds it (entries of zero probability add no width, so they are never drawn)."""
+    cdf = (values - values[0]).exp().cumsum(dim=0)  # values[0] is the largest
+    return min(int(torch.searchsorted(cdf, torch.tensor([uniform]) * cdf[-1], right=True)), len(cdf) - 1)
+
+
+def _draw_rows(logits: np.ndarray, uniforms: list[float]) -> np.ndarray:
+    """Each row's draw at its uniform from the softmax of its whole row, by inverting the cumulative distribution
+    blockwise: the block whose running sum passes the target, then the entry within it (one exp and one sum over
+    the row, a cumsum over one block)."""
+    n, vocab = logits.shape
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    starts = np.arange(0, vocab, BLOCK)
+    running = np.cumsum(np.add.reduceat(weights, starts, axis=1), axis=1)
+    tokens = np.empty(n, dtype=np.int64)
+    for row, u in enumerate(uniforms):
+        target = u * running[row, -1]
+        block = min(int(np.searchsorted(running[row], target, side="right")), len(starts) - 1)
+        base = running[row, block - 1] if block else 0.0
+        inside = weights[row, starts[block]:starts[block] + BLOCK]
+        at = int(np.searchsorted(np.cumsum(inside), target - base, side="right"))
+        if at >= len(inside):  # rounding put the target past the block's own sum: its last drawable entry
+            at = int(np.flatnonzero(inside)[-1])
+        tokens[row] = starts[block] + at
+    return tokens
+
+
+def _gather_logprobs(raw: torch.Tensor, tokens: list[int], rows: Sequence[RowState]) -> list[TokenLogprobs]:
+    """vLLM's ``gather_logprobs`` on raw logits ``raw [n, V]`` (row ``i`` is state ``i``'s): the log-softmax of the
+    sampled token, its rank (1 + the logits above it; ties count against it, as in vLLM), and the top ``logprobs``
+    (one top-k at the rows' largest, each row cut to its own) or, for a row with ``logprob_token_ids``, exactly
+    those ids in their order (``gather_specific_token_logprobs``). Each value is computed as torch's log_softmax
+    computes it, ``(x - max) - log(sum(exp(x - max)))``, for the few entries reported."""
+    vocab = raw.shape[1]
+    shifts = raw.amax(dim=-1)
+    log_mass = torch.from_numpy(np.log(np.exp((raw - shifts[:, None]).numpy()).sum(axis=-1)))
+    wanted = [None if r.params.logprobs is None or r.logprob_ids is not None else
+              (vocab if r.params.logprobs == -1 else min(r.params.logprobs, vocab)) for r in rows]
+    width = min(max([2] + [w for w in wanted if w is not None]), vocab)  # >= 2: it tells most ranks
+    top_values, top_ids = top_k(raw, width)
+    token_values = raw.gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    out = []
+    for i, (w, r) in enumerate(zip(wanted, rows)):
+        def logprob(x: torch.Tensor, i: int = i) -> torch.Tensor:
+            return (x - shifts[i]) - log_mass[i]
+
+        value = token_values[i]
+        smallest = top_values[i, -1]
+        if value > smallest or width == vocab:  # every logit >= the token's is among the top ones
+            rank = int((top_values[i] >= value).sum())
+        else:
+            rank = int((raw[i] >= value).sum())
+        if r.logprob_ids is not None:
+            top = list(zip(r.params.logprob_token_ids, logprob(raw[i, r.logprob_ids]).tolist()))
+        else:
+            top = list(zip(top_ids[i, :w].tolist(), logprob(top_values[i, :w]).tolist())) if w else []
+        out.append(TokenLogprobs(tokens[i], float(logprob(value)), rank, top))
+    return out
