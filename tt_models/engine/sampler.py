@@ -41,7 +41,7 @@ class Sampler:
     def process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
         """The steps that can change the greedy choice, on a float32 copy: allowed_token_ids, min_tokens,
         penalties, rules."""
-        return self._process(logits.to(torch.float32, copy=True), rows)
+        return self._process(logits.to(torch.float32, copy=True, memory_format=torch.contiguous_format), rows)
 
     def _process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
         _apply_allowed_token_ids(logits, rows)
@@ -113,7 +113,7 @@ class _Batch:
         out = torch.empty(len(states), self.sources[0][0].shape[1], dtype=torch.float32)
         for source, positions in groups.items():
             tensor, at = self.sources[source]
-            out[positions] = take_rows(tensor, [at[states[p]] for p in positions])
+            out.index_copy_(0, torch.tensor(positions), take_rows(tensor, [at[states[p]] for p in positions]))
         return out
 
 
@@ -180,39 +180,37 @@ def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
     repetition over prompt + output (positive logits multiplied by ``1 / penalty``, others by it), then the OpenAI
     ``logit -= frequency * count`` and ``logit -= presence * [count > 0]`` over the output only. The same float32
     operations as vLLM's ``[B, V]`` masks, on the ids the penalized rows have seen, all rows in one gather and one
-    scatter per penalty."""
-    seen_rows: list[int] = []
-    seen_ids: list[int] = []
-    repetition: list[float] = []
-    out_rows: list[int] = []
-    out_ids: list[int] = []
-    counts: list[int] = []
-    frequency: list[float] = []
-    presence: list[float] = []
+    scatter per penalty (``logits`` is contiguous: the caller's copy)."""
+    vocab = logits.shape[1]
+    flat = logits.numpy().reshape(-1)
+    seen: list[np.ndarray] = []
+    repetition: list[np.ndarray] = []
+    outputs: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    frequency: list[np.ndarray] = []
+    presence: list[np.ndarray] = []
     for i, r in enumerate(rows):
         if not r.penalized:
             continue
         p = r.params
         row_counts = r.output_counts()
         if p.repetition_penalty != 1.0:
-            seen_ids += r.seen_ids
-            seen_rows += [i] * len(r.seen_ids)
-            repetition += [p.repetition_penalty] * len(r.seen_ids)
+            ids = np.fromiter(r.seen_ids, np.int64, len(r.seen_ids))
+            seen.append(ids + i * vocab)
+            repetition.append(np.full(len(ids), p.repetition_penalty, np.float32))
         if row_counts and (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0):
-            out_ids += row_counts
-            counts += row_counts.values()
-            out_rows += [i] * len(row_counts)
-            frequency += [p.frequency_penalty] * len(row_counts)
-            presence += [p.presence_penalty] * len(row_counts)
-    if seen_ids:
-        where = (torch.tensor(seen_rows), torch.tensor(seen_ids))
-        penalty = torch.tensor(repetition, dtype=torch.float32)
-        values = logits[where]
-        logits[where] = values * torch.where(values > 0, 1.0 / penalty, penalty)
-    if out_ids:
-        where = (torch.tensor(out_rows), torch.tensor(out_ids))
-        values = logits[where] - torch.tensor(frequency, dtype=torch.float32) * torch.tensor(counts)
-        logits[where] = values - torch.tensor(presence, dtype=torch.float32)
+            n = len(row_counts)
+            outputs.append(np.fromiter(row_counts, np.int64, n) + i * vocab)
+            counts.append(np.fromiter(row_counts.values(), np.int64, n).astype(np.float32))
+            frequency.append(np.full(n, p.frequency_penalty, np.float32))
+            presence.append(np.full(n, p.presence_penalty, np.float32))
+    if seen:
+        where, penalty = np.concatenate(seen), np.concatenate(repetition)
+        values = flat[where]
+        flat[where] = values * np.where(values > 0, np.float32(1.0) / penalty, penalty)
+    if outputs:
+        where = np.concatenate(outputs)
+        flat[where] = (flat[where] - np.concatenate(frequency) * np.concatenate(counts)) - np.concatenate(presence)
 
 
 def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
@@ -227,28 +225,24 @@ def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tens
         probs = logits.softmax(dim=-1)
         threshold = probs.amax(dim=-1, keepdim=True) * torch.tensor([x.min_p for x in params])[:, None]
         logits.masked_fill_(probs < threshold, -math.inf)
-    uniform = torch.rand(len(rows)).tolist()  # the unseeded rows' draws
+    uniform = np.asarray(torch.rand(len(rows), dtype=torch.float64))  # the unseeded rows' draws
     for i, r in enumerate(rows):
         if r.generator is not None:
-            uniform[i] = float(torch.rand(1, generator=r.generator))
+            uniform[i] = float(torch.rand(1, dtype=torch.float64, generator=r.generator))
 
-    tokens = torch.empty(len(rows), dtype=torch.int64)
+    tokens = np.empty(len(rows), dtype=np.int64)
     limited = [i for i, x in enumerate(params) if 0 < x.top_k < vocab_size]
     nucleus = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size and x.top_p < 1]
     whole = [i for i, x in enumerate(params) if not 0 < x.top_k < vocab_size and x.top_p >= 1]
-    candidates = _top_k_kept(take_rows(logits, limited), [params[i].top_k for i in limited]) if limited else []
-    for i, (values, ids) in zip(limited, candidates):
-        if params[i].top_p < 1:  # top-p within the top k (vLLM masks top-k, then takes top-p of what is left)
-            shifted = values - values[0]
-            values, ids = _top_p_of_sorted(shifted, ids, params[i].top_p, shifted.exp().sum())
-        tokens[i] = ids[_invert(values, uniform[i])]
+    if limited:
+        values, ids = _top_k_kept(_subset(logits, limited), [params[i].top_k for i in limited])
+        tokens[limited] = _draw_candidates(values, ids, [params[i].top_p for i in limited], uniform[limited])
     if nucleus:
-        kept = _nucleus(_subset(logits, nucleus), [params[i].top_p for i in nucleus])
-        for i, (values, ids) in zip(nucleus, kept):
-            tokens[i] = ids[_invert(values, uniform[i])]
+        values, ids = _nucleus(_subset(logits, nucleus), [params[i].top_p for i in nucleus])
+        tokens[nucleus] = _draw_candidates(values, ids, [1.0] * len(nucleus), uniform[nucleus])
     if whole:
-        tokens[whole] = torch.from_numpy(_draw_rows(_subset(logits, whole).numpy(), [uniform[i] for i in whole]))
-    return tokens
+        tokens[whole] = _draw_rows(_subset(logits, whole).numpy(), uniform[whole])
+    return torch.from_numpy(tokens)
 
 
 def _subset(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
@@ -256,86 +250,124 @@ def _subset(x: torch.Tensor, rows: list[int]) -> torch.Tensor:
     return x if rows == list(range(x.shape[0])) else take_rows(x, rows)
 
 
-def _top_k_kept(logits: torch.Tensor, ks: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each row's logits >= its k-th largest, largest first, with their ids: vLLM's top-k mask, which keeps every
-    logit tied with the k-th. One top-k at the largest k + 1 over the rows tells whether the k-th has a tie; a row
-    that has one takes a top-k over its own vocabulary."""
+def _top_k_kept(logits: torch.Tensor, ks: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's logits >= its k-th largest, largest first, with their ids, as ``[n, W]`` arrays padded with -inf:
+    vLLM's top-k mask, which keeps every logit tied with the k-th. One top-k at the largest k + 1 over the rows tells
+    whether a row's k-th has a tie; a row that has one takes a top-k over its own vocabulary."""
     width = min(max(ks) + 1, logits.shape[1])
-    values, ids = top_k(logits, width)
-    listed = values.tolist()
-    out = []
+    found_values, found_ids = top_k(logits, width)
+    rows: list[tuple[np.ndarray, np.ndarray]] = []
+    values_np, ids_np = found_values.numpy(), found_ids.numpy()
     for row, k in enumerate(ks):
-        if k < width and listed[row][k] < listed[row][k - 1]:
-            out.append((values[row, :k], ids[row, :k]))
+        if k < width and values_np[row, k] < values_np[row, k - 1]:
+            rows.append((values_np[row, :k], ids_np[row, :k]))
         else:
-            count = int((logits[row] >= listed[row][k - 1]).sum())
-            out.append(logits[row].topk(count))
-    return out
+            count = int((logits[row] >= float(values_np[row, k - 1])).sum())
+            tied_values, tied_ids = logits[row].topk(count)
+            rows.append((tied_values.numpy(), tied_ids.numpy()))
+    return _pad(rows)
 
 
-def _top_p_of_sorted(values: torch.Tensor, ids: torch.Tensor, p: float,
-                     mass: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """vLLM's top-p on a row's largest logits, largest first and shifted by the row's maximum, whose exponentials'
-    sum over the whole row is ``mass``: vLLM drops the low tail (ascending) whose cumulative probability is
-    <= 1 - p, so the kept logits are the first m whose probabilities sum to at least p (the top one always). None
-    when the given values do not reach p."""
-    cumulative = (values.exp() / mass).cumsum(dim=0)
-    reached = torch.nonzero(cumulative >= p)
-    if len(reached) == 0:
-        return None
-    m = int(reached[0]) + 1
-    return values[:m], ids[:m]
+def _pad(rows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of (values, ids) of different lengths as ``[n, W]`` arrays: values padded with -inf, ids with 0."""
+    width = max(len(v) for v, _ in rows)
+    values = np.full((len(rows), width), -np.inf, dtype=np.float32)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    for row, (v, i) in enumerate(rows):
+        values[row, :len(v)], ids[row, :len(i)] = v, i
+    return values, ids
 
 
-def _nucleus(logits: torch.Tensor, ps: list[float]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each row's top-p set (largest first, with ids) without sorting its vocabulary: among its largest
-    ``NUCLEUS_START`` logits, then 4x as many, until their probabilities reach p (at the whole vocabulary, every
-    logit is kept)."""
+def _top_p_mask(probs: np.ndarray, ps: np.ndarray) -> np.ndarray:
+    """vLLM's top-p over each row's probabilities ``[n, W]``, largest first: vLLM drops the low tail (ascending)
+    whose cumulative probability is <= 1 - p, so an entry is kept when the probability above it is below p (the top
+    one always). The sums are in float64: vLLM's float32 cumsum over the ~40k entries of a flat row's nucleus at
+    p = 0.999 drifts enough to move the cut by ~15 entries."""
+    above = np.cumsum(probs, axis=1, dtype=np.float64) - probs
+    keep = above < ps[:, None]
+    keep[:, 0] = True
+    return keep
+
+
+def _draw_candidates(values: np.ndarray, ids: np.ndarray, ps: list[float], uniform: np.ndarray) -> np.ndarray:
+    """Each row's draw among its candidate logits ``values [n, W]`` (largest first, -inf padded), after top-p
+    within them (vLLM applies top-p to what top-k left), by inverting the cumulative distribution at ``uniform``."""
+    weights = np.exp(values - values[:, :1])
+    weights /= weights.sum(axis=1, keepdims=True)
+    ps_array = np.asarray(ps, dtype=np.float32)
+    if (ps_array < 1).any():
+        weights = np.where(_top_p_mask(weights, ps_array), weights, 0)
+    return ids[np.arange(len(ids)), _invert(np.cumsum(weights, axis=1), uniform)]
+
+
+def _nucleus(logits: torch.Tensor, ps: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's top-p set (vLLM's rule), largest first and -inf padded, with ids, without sorting its vocabulary:
+    among its largest ``NUCLEUS_START`` logits, then 4x as many, until their probabilities reach p (at the whole
+    vocabulary, every logit is kept)."""
     vocab = logits.shape[1]
-    shift = logits.amax(dim=-1, keepdim=True)
-    mass = torch.from_numpy(np.exp((logits - shift).numpy()).sum(axis=-1))  # each row's normalizer, shifted by its max
-    out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    shift, mass = _exp_sums(logits.numpy())
+    shift = shift[:, None]
+    ps_array = np.asarray(ps, dtype=np.float32)
+    kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     pending, k = list(range(len(ps))), NUCLEUS_START
     while pending:
         k = min(k, vocab)
-        values, ids = top_k(_subset(logits, pending), k)  # (of the logits themselves: shifting may merge neighbours)
+        # (of the logits themselves: shifting first may merge neighbours)
+        values, ids = (t.numpy() for t in top_k(_subset(logits, pending), k))
+        probs = np.exp(values - shift[pending]) / mass[pending, None]
+        reached = probs.sum(axis=1, dtype=np.float64) >= ps_array[pending]
+        keep = _top_p_mask(probs, ps_array[pending])
         for j, row in enumerate(pending):
-            kept = _top_p_of_sorted(values[j] - shift[row], ids[j], ps[row], mass[row])
-            if kept is None and k == vocab:  # rounding kept the total under p: vLLM keeps everything then
-                kept = (values[j], ids[j])
-            if kept is not None:
-                out[row] = kept
-        pending = [row for row in pending if row not in out]
+            if reached[j] or k == vocab:  # (at the whole vocabulary rounding may keep the total under p: keep all)
+                m = int(keep[j].sum())
+                kept[row] = values[j, :m], ids[j, :m]
+        pending = [row for row in pending if row not in kept]
         k *= 4
-    return [out[row] for row in range(len(ps))]
+    return _pad([kept[row] for row in range(len(ps))])
 
 
-def _invert(values: torch.Tensor, uniform: float) -> int:
-    """The draw at ``uniform`` in [0, 1) from the softmax of a few logits: the first entry whose cumulative
-    probability exceeds it (entries of zero probability add no width, so they are never drawn)."""
-    cdf = (values - values[0]).exp().cumsum(dim=0)  # values[0] is the largest
-    return min(int(torch.searchsorted(cdf, torch.tensor([uniform]) * cdf[-1], right=True)), len(cdf) - 1)
+def _invert(cdf: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """Each row's draw at ``uniform`` in [0, 1) from its cumulative weights ``cdf [n, W]``: the first entry whose
+    cumulative weight exceeds ``uniform`` times the total (entries of zero weight add no width, so they are never
+    drawn; rounding past the total falls back to the last entry of nonzero weight)."""
+    target = uniform * cdf[:, -1]
+    at = (cdf <= target[:, None]).sum(axis=1)
+    last = cdf.shape[1] - 1 - np.argmax(np.diff(cdf, axis=1, prepend=0)[:, ::-1] > 0, axis=1)
+    return np.minimum(at, last)
 
 
-def _draw_rows(logits: np.ndarray, uniforms: list[float]) -> np.ndarray:
-    """Each row's draw at its uniform from the softmax of its whole row, by inverting the cumulative distribution
-    blockwise: the block whose running sum passes the target, then the entry within it (one exp and one sum over
-    the row, a cumsum over one block)."""
+def _draw_rows(logits: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """Each row's draw at its uniform from the softmax of its whole row (``logits`` is overwritten: the caller's
+    copy), by inverting the cumulative distribution blockwise: the block whose running sum passes the target, then
+    the entry within it (one exp and one sum over the row, a cumsum over one block)."""
     n, vocab = logits.shape
-    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    weights = np.exp(np.subtract(logits, logits.max(axis=1, keepdims=True), out=logits), out=logits)
     starts = np.arange(0, vocab, BLOCK)
-    running = np.cumsum(np.add.reduceat(weights, starts, axis=1), axis=1)
-    tokens = np.empty(n, dtype=np.int64)
-    for row, u in enumerate(uniforms):
-        target = u * running[row, -1]
-        block = min(int(np.searchsorted(running[row], target, side="right")), len(starts) - 1)
-        base = running[row, block - 1] if block else 0.0
-        inside = weights[row, starts[block]:starts[block] + BLOCK]
-        at = int(np.searchsorted(np.cumsum(inside), target - base, side="right"))
-        if at >= len(inside):  # rounding put the target past the block's own sum: its last drawable entry
-            at = int(np.flatnonzero(inside)[-1])
-        tokens[row] = starts[block] + at
-    return tokens
+    running = np.cumsum(_block_sums(weights), axis=1)
+    block = _invert(running, uniform)
+    base = np.where(block > 0, running[np.arange(n), np.maximum(block - 1, 0)], 0.0)
+    positions = starts[block][:, None] + np.arange(BLOCK)  # (the last block may be short)
+    inside = np.where(positions < vocab, weights[np.arange(n)[:, None], np.minimum(positions, vocab - 1)], 0)
+    cdf = np.cumsum(inside, axis=1)
+    at = _invert(cdf, (uniform * running[:, -1] - base) / np.maximum(cdf[:, -1], np.finfo(np.float32).tiny))
+    return starts[block] + at
+
+
+def _block_sums(weights: np.ndarray) -> np.ndarray:
+    """The sums of each row's blocks of ``BLOCK`` entries (the last one may be short): torch's reduction when the
+    blocks are whole (3x numpy's ``reduceat``)."""
+    n, vocab = weights.shape
+    if vocab % BLOCK == 0:
+        return torch.from_numpy(weights).view(n, vocab // BLOCK, BLOCK).sum(dim=-1).numpy()
+    return np.add.reduceat(weights, np.arange(0, vocab, BLOCK), axis=1)
+
+
+def _exp_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's maximum and the sum of its exponentials shifted by it (numpy's SIMD exp: 2x torch's on one core;
+    torch's sum: 2.5x numpy's)."""
+    shifts = values.max(axis=1)
+    weights = np.subtract(values, shifts[:, None])
+    return shifts, torch.from_numpy(np.exp(weights, out=weights)).sum(dim=1).numpy()
 
 
 def _gather_logprobs(raw: torch.Tensor, tokens: list[int], rows: Sequence[RowState]) -> list[TokenLogprobs]:
@@ -343,29 +375,32 @@ def _gather_logprobs(raw: torch.Tensor, tokens: list[int], rows: Sequence[RowSta
     sampled token, its rank (1 + the logits above it; ties count against it, as in vLLM), and the top ``logprobs``
     (one top-k at the rows' largest, each row cut to its own) or, for a row with ``logprob_token_ids``, exactly
     those ids in their order (``gather_specific_token_logprobs``). Each value is computed as torch's log_softmax
-    computes it, ``(x - max) - log(sum(exp(x - max)))``, for the few entries reported."""
+    computes it, ``(x - max) - log(sum(exp(x - max)))``, for the few entries reported (the sum in numpy's pairwise
+    order: closer to the exact value than torch's, whose float32 sum over 49k entries drifts by ~1e-5)."""
     vocab = raw.shape[1]
-    shifts = raw.amax(dim=-1)
-    log_mass = torch.from_numpy(np.log(np.exp((raw - shifts[:, None]).numpy()).sum(axis=-1)))
+    values = raw.numpy()
+    shifts, mass = _exp_sums(values)
+    log_mass = np.log(mass).astype(np.float32)
     wanted = [None if r.params.logprobs is None or r.logprob_ids is not None else
               (vocab if r.params.logprobs == -1 else min(r.params.logprobs, vocab)) for r in rows]
     width = min(max([2] + [w for w in wanted if w is not None]), vocab)  # >= 2: it tells most ranks
-    top_values, top_ids = top_k(raw, width)
-    token_values = raw.gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    top_values, top_ids = (t.numpy() for t in top_k(raw, width))
+    token_values = values[np.arange(len(rows)), tokens]
+
+    def logprob(x: np.ndarray | np.float32, i: int) -> np.ndarray:
+        return (x - shifts[i]) - log_mass[i]
+
     out = []
     for i, (w, r) in enumerate(zip(wanted, rows)):
-        def logprob(x: torch.Tensor, i: int = i) -> torch.Tensor:
-            return (x - shifts[i]) - log_mass[i]
-
         value = token_values[i]
-        smallest = top_values[i, -1]
-        if value > smallest or width == vocab:  # every logit >= the token's is among the top ones
+        if value > top_values[i, -1] or width == vocab:  # every logit >= the token's is among the top ones
             rank = int((top_values[i] >= value).sum())
         else:
-            rank = int((raw[i] >= value).sum())
+            rank = int(np.count_nonzero(values[i] >= value))
         if r.logprob_ids is not None:
-            top = list(zip(r.params.logprob_token_ids, logprob(raw[i, r.logprob_ids]).tolist()))
+            ids = r.params.logprob_token_ids
+            top = list(zip(ids, logprob(values[i, ids], i).tolist()))
         else:
-            top = list(zip(top_ids[i, :w].tolist(), logprob(top_values[i, :w]).tolist())) if w else []
-        out.append(TokenLogprobs(tokens[i], float(logprob(value)), rank, top))
+            top = list(zip(top_ids[i, :w].tolist(), logprob(top_values[i, :w], i).tolist())) if w else []
+        out.append(TokenLogprobs(tokens[i], float(logprob(value, i)), rank, top))
     return out
