@@ -167,3 +167,23 @@ def test_wide_mixed_batch_draws_from_each_rows_filtered_set():
     assert tokens[4] in set(logits[4].topk(5).indices.tolist())
     probs = (logits[5] / 0.5).softmax(dim=-1)
     assert float(probs[tokens[5]]) >= 0.1 * float(probs.max())
+
+
+def test_a_rows_logprobs_and_draws_do_not_depend_on_its_batch():
+    """A request's logprobs and seeded tokens are the same alone and beside others, with torch on several threads
+    (which split a few rows' reductions among them: the sampler must not use such reductions)."""
+    vocab = BLOCK * 384
+    logits = wide_logits(13, 8, vocab, 2.0)
+    params = [dict(temperature=0.0, logprobs=3), dict(temperature=1.0, seed=3, logprobs=2),
+              dict(temperature=0.8, top_p=0.9, seed=4, logprobs=1)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        alone = [Sampler().sample(logits[i:i + 1], [RowState(SamplingParams(**p), [0])])
+                 for i, p in enumerate(params)]
+        batch = Sampler().sample(logits, [RowState(SamplingParams(**params[i % 3]), [0]) for i in range(8)])
+    finally:
+        torch.set_num_threads(threads)
+    for i in range(3):
+        assert int(batch.tokens[i]) == int(alone[i].tokens[0])
+        assert batch.logprobs[i] == alone[i].logprobs[0]

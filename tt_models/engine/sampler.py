@@ -61,60 +61,45 @@ class Sampler:
             tokens = argmax(logits)
             return SamplerOutput(tokens if index is None else tokens[index], [None] * len(rows))
         at = list(range(len(rows))) if index is None else list(index)
-        batch = _Batch(logits, at)
-        # Rows whose logits some step changes get them in a copy; the others are read where they are.
-        changed = [i for i, r in enumerate(rows) if r.processed or not self.rules.is_empty]
-        if changed:
-            batch.replace(changed, self._process(batch.take(changed), [rows[i] for i in changed]))
         tokens = torch.empty(len(rows), dtype=torch.int64)
-        greedy = [i for i, r in enumerate(rows) if r.params.greedy]
-        if greedy:
-            tokens[greedy] = argmax(batch.take(greedy, copy=False))
-        random = [i for i, r in enumerate(rows) if not r.params.greedy]
-        if random:
-            tokens[random] = _random_sample(batch.take(random), [rows[i] for i in random])
+        # Rows whose logits some step changes get them in a copy (``changed[j]``'s in row j); the others are read
+        # where they are, and copied only to be sampled at random (temperature divides them in place).
+        changed = [i for i, r in enumerate(rows) if r.processed or not self.rules.is_empty]
+        untouched = [i for i, r in enumerate(rows) if not (r.processed or not self.rules.is_empty)]
+        if untouched:
+            self._pick(logits, [at[i] for i in untouched], [rows[i] for i in untouched], tokens, untouched,
+                       owned=False)
+        if changed:
+            processed = self._process(take_rows(logits, [at[i] for i in changed]), [rows[i] for i in changed])
+            self._pick(processed, list(range(len(changed))), [rows[i] for i in changed], tokens, changed, owned=True)
         logprobs: list[TokenLogprobs | None] = [None] * len(rows)
         want = [i for i, r in enumerate(rows) if r.params.num_logprobs is not None]
         if want:  # raw: from the logits as the model returned them
-            raw = logits.index_select(0, torch.tensor([at[i] for i in want])) if index is not None or \
-                len(want) < len(rows) else logits
+            raw = _subset(logits, [at[i] for i in want])
             for i, lp in zip(want, _gather_logprobs(raw, tokens[want].tolist(), [rows[i] for i in want])):
                 logprobs[i] = lp
         return SamplerOutput(tokens, logprobs)
 
-
-class _Batch:
-    """The rows a step samples from: each state's row of the model's logits, or of a processed copy."""
-
-    def __init__(self, logits: torch.Tensor, at: list[int]) -> None:
-        self.sources = [(logits, at)]
-        self.source_of = [0] * len(at)
-
-    def replace(self, states: list[int], rows: torch.Tensor) -> None:
-        """States ``states`` now read row ``j`` of ``rows`` (their processed logits)."""
-        self.sources.append((rows, [0] * len(self.source_of)))
-        for j, i in enumerate(states):
-            self.sources[-1][1][i] = j
-            self.source_of[i] = len(self.sources) - 1
-
-    def take(self, states: list[int], copy: bool = True) -> torch.Tensor:
-        """The states' rows as one ``[len(states), V]`` tensor: a copy of its own, or (``copy=False``, to read only)
-        the source itself when it holds exactly those rows in order."""
-        groups: dict[int, list[int]] = {}
-        for pos, i in enumerate(states):
-            groups.setdefault(self.source_of[i], []).append(pos)
-        if len(groups) == 1:
-            (source,) = groups
-            tensor, at = self.sources[source]
-            rows = [at[i] for i in states]
-            if not copy and rows == list(range(tensor.shape[0])):
-                return tensor
-            return take_rows(tensor, rows)
-        out = torch.empty(len(states), self.sources[0][0].shape[1], dtype=torch.float32)
-        for source, positions in groups.items():
-            tensor, at = self.sources[source]
-            out.index_copy_(0, torch.tensor(positions), take_rows(tensor, [at[states[p]] for p in positions]))
-        return out
+    @staticmethod
+    def _pick(logits: torch.Tensor, at: list[int], rows: list[RowState], tokens: torch.Tensor, out: list[int],
+              owned: bool) -> None:
+        """Tokens for ``rows`` (row ``at[j]`` of ``logits`` is ``rows[j]``'s) into ``tokens[out[j]]``; ``owned``:
+        ``logits`` is this step's copy, free to be changed."""
+        greedy = [j for j, r in enumerate(rows) if r.params.greedy]
+        if greedy:
+            # One argmax over every row (memory-bound, 2 µs a row) beats copying a third of them out first.
+            picked = [at[j] for j in greedy]
+            if 3 * len(picked) >= logits.shape[0]:
+                found = argmax(logits)[picked]
+            else:
+                found = argmax(take_rows(logits, picked))
+            tokens[[out[j] for j in greedy]] = found
+        random = [j for j, r in enumerate(rows) if not r.params.greedy]
+        if random:
+            picked = [at[j] for j in random]
+            sampled = _random_sample(_subset(logits, picked) if owned else take_rows(logits, picked),
+                                     [rows[j] for j in random])
+            tokens[[out[j] for j in random]] = sampled
 
 
 def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
@@ -355,7 +340,8 @@ def _draw_rows(logits: np.ndarray, uniform: np.ndarray) -> np.ndarray:
 
 def _block_sums(weights: np.ndarray) -> np.ndarray:
     """The sums of each row's blocks of ``BLOCK`` entries (the last one may be short): torch's reduction when the
-    blocks are whole (3x numpy's ``reduceat``)."""
+    blocks are whole (3x numpy's ``reduceat``; each block is summed by one thread, so the result does not depend on
+    the batch)."""
     n, vocab = weights.shape
     if vocab % BLOCK == 0:
         return torch.from_numpy(weights).view(n, vocab // BLOCK, BLOCK).sum(dim=-1).numpy()
@@ -363,11 +349,12 @@ def _block_sums(weights: np.ndarray) -> np.ndarray:
 
 
 def _exp_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's maximum and the sum of its exponentials shifted by it (numpy's SIMD exp: 2x torch's on one core;
-    torch's sum: 2.5x numpy's)."""
+    """Each row's maximum and the sum of its exponentials shifted by it (numpy's SIMD exp: 2x torch's on one core).
+    The sum is numpy's pairwise one, the same for a row whatever the batch: torch splits a few rows' sums over its
+    threads, so a request's logprobs would depend on how many others ran beside it."""
     shifts = values.max(axis=1)
     weights = np.subtract(values, shifts[:, None])
-    return shifts, torch.from_numpy(np.exp(weights, out=weights)).sum(dim=1).numpy()
+    return shifts, np.exp(weights, out=weights).sum(axis=1)
 
 
 def _gather_logprobs(raw: torch.Tensor, tokens: list[int], rows: Sequence[RowState]) -> list[TokenLogprobs]:
