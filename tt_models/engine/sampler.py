@@ -4,7 +4,8 @@ On one core a pass over 8 rows of a 49k vocabulary costs 20-300 µs (a max: 20, 
 a sort: 25 ms), so each row is touched only as often as vLLM's semantics need:
 
 - greedy rows: one argmax (numpy's SIMD one);
-- raw logprobs: the row's log-normalizer (max, exp, sum) and its top-n logits, not a materialized log-softmax;
+- raw logprobs: the row's log-normalizer (max, exp, sum) and its top-n logits, not a materialized log-softmax (a
+  rank counts the raw logits at or above the token's: vLLM counts log-softmax values, which rounding may tie);
 - top-k (:func:`top_k`): the k largest logits of a row lie in the k blocks of 128 entries with the largest maxima
   (outside them every entry is at most the smallest of those k maxima), so a max per block and a top-k over k
   blocks replace a top-k over the vocabulary;
