@@ -56,8 +56,10 @@ class Sampler:
     def sample(self, logits: torch.Tensor, rows: Sequence[RowState],
                index: Sequence[int] | None = None) -> SamplerOutput:
         """Pick one token per state in ``rows``: from row ``index[i]`` of ``logits [B, V]`` for state ``i`` (None:
-        row ``i``, ``B == len(rows)``); the input tensor is left unchanged."""
+        row ``i``, ``B == len(rows)``); the input tensor is left unchanged. Logits of another dtype are sampled in
+        float32 (as vLLM computes its logprobs)."""
         assert logits.dim() == 2 and (logits.shape[0] == len(rows) if index is None else len(index) == len(rows))
+        logits = logits.float()
         if self.rules.is_empty and all(r.plain_greedy for r in rows):  # one pass over the logits, no copy
             tokens = argmax(logits)
             return SamplerOutput(tokens if index is None else tokens[index], [None] * len(rows))
