@@ -169,6 +169,7 @@ def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
     ``logit -= frequency * count`` and ``logit -= presence * [count > 0]`` over the output only. The same float32
     operations as vLLM's ``[B, V]`` masks, on the ids the penalized rows have seen, all rows in one gather and one
     scatter per penalty (``logits`` is contiguous: the caller's copy)."""
+    assert logits.is_contiguous(), "penalties write through a flat view of the logits"
     vocab = logits.shape[1]
     flat = logits.numpy().reshape(-1)
     seen: list[np.ndarray] = []
