@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tt_models.engine.sampling import LogitsRules, RowState, SamplerOutput, TokenLogprobs
+from tt_models.engine.sampling import LogitsRules, RowState, SamplerOutput, TokenLogprobs, take_rows
 
 BLOCK = 128  # the width of the blocks top_k searches (it divides the vocabularies of Llama, Qwen2, Mistral, SmolLM2)
 NUCLEUS_START = 64  # top-p's first candidate count, multiplied by 4 until the nucleus is inside
@@ -67,8 +67,9 @@ class Sampler:
         tokens = torch.empty(len(rows), dtype=torch.int64)
         # Rows whose logits some step changes get them in a copy (``changed[j]``'s in row j); the others are read
         # where they are, and copied only to be sampled at random (temperature divides them in place).
-        changed = [i for i, r in enumerate(rows) if r.processed or not self.rules.is_empty]
-        untouched = [i for i, r in enumerate(rows) if not (r.processed or not self.rules.is_empty)]
+        changes = [r.processed or not self.rules.is_empty for r in rows]
+        changed = [i for i, c in enumerate(changes) if c]
+        untouched = [i for i, c in enumerate(changes) if not c]
         if untouched:
             self._pick(logits, [at[i] for i in untouched], [rows[i] for i in untouched], tokens, untouched,
                        owned=False)
@@ -103,11 +104,6 @@ class Sampler:
             sampled = _random_sample(_subset(logits, picked) if owned else take_rows(logits, picked),
                                      [rows[j] for j in random])
             tokens[[out[j] for j in random]] = sampled
-
-
-def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
-    """``x[rows]`` by ``index_select``: a copy per row, 5x faster than indexing by a list over ``[B, V]``."""
-    return x.index_select(0, torch.tensor(rows, dtype=torch.int64))
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
