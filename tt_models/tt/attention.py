@@ -8,7 +8,9 @@ paged cache through ``chunked_scaled_dot_product_attention`` (a later chunk, a c
 writes one token per user with ``paged_update_cache`` and attends with
 ``paged_scaled_dot_product_attention_decode``; users whose position is ``-1`` are neither written nor
 attended. The call sequence follows tt_transformers' ``attention.py``, decode's QKV and output matmuls on its
-DRAM-sharded layouts when the block's :class:`DecodeConfigs` are sharded.
+DRAM-sharded layouts when the block's :class:`DecodeConfigs` are sharded. On a mesh the heads split over the chips:
+the QKV projection is column-parallel, each chip's cache holds its KV heads, the output projection is row-parallel
+(replicated input, fractured output).
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs, user_cores
 from tt_models.tt.linear import Linear
 from tt_models.tt.rope import hf_to_meta_rows
+from tt_models.tt.tensor_parallel import HeadSplit, by_chip, chips, select_heads
 
 TILE = 32
 
 
-def fused_qkv(state: dict[str, torch.Tensor], prefix: str, n_heads: int, n_kv_heads: int,
+def fused_qkv(state: dict[str, torch.Tensor], prefix: str, split: HeadSplit, head_dim: int,
               rotary: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The ``[q; k; v]`` projection weight and bias (``None`` without biases; a missing one, such as
-    Whisper's k_proj bias, is zero). Rotary models get Q/K rows in TT-NN's interleaved-pair order."""
-    heads = {"q": n_heads, "k": n_kv_heads}
+    """The ``[q; k; v]`` projection weight and bias (``None`` without biases; a missing one, such as Whisper's
+    k_proj bias, is zero), each chip's heads (:class:`HeadSplit`) as one block, in chip order. Rotary models get
+    Q/K rows in TT-NN's interleaved-pair order."""
+    heads = {"q": split.n_heads, "k": split.n_kv_heads}
 
     def part(name: str, kind: str) -> torch.Tensor:
         t = state.get(f"{prefix}{name}_proj.{kind}")
@@ -37,24 +41,38 @@ def fused_qkv(state: dict[str, torch.Tensor], prefix: str, n_heads: int, n_kv_he
             t = torch.zeros(state[f"{prefix}{name}_proj.weight"].shape[0])
         return hf_to_meta_rows(t, heads[name]) if rotary and name in heads else t
 
-    weight = torch.cat([part(n, "weight") for n in "qkv"])
+    def chip_blocks(kind: str) -> torch.Tensor:
+        q, k, v = (part(n, kind) for n in "qkv")
+        return by_chip([torch.cat([select_heads(q, split.q_heads(c), head_dim),
+                                   select_heads(k, split.kv_heads(c), head_dim),
+                                   select_heads(v, split.kv_heads(c), head_dim)]) for c in range(split.chips)])
+
     has_bias = any(f"{prefix}{n}_proj.bias" in state for n in "qkv")
-    return weight, torch.cat([part(n, "bias") for n in "qkv"]) if has_bias else None
+    return chip_blocks("weight"), chip_blocks("bias") if has_bias else None
+
+
+def output_projection(weight: torch.Tensor, split: HeadSplit, head_dim: int) -> torch.Tensor:
+    """An HF output projection ``[dim, n_heads * head_dim]`` with each chip's query heads' columns as one block, in
+    chip order (zero columns for padding heads): the row-parallel operand."""
+    return by_chip([select_heads(weight, split.q_heads(c), head_dim, dim=1) for c in range(split.chips)], dim=1)
 
 
 class Attention:
     def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
                  decode: DecodeConfigs, *, rotary: bool = True, out_proj: str = "o_proj") -> None:
-        """``args``: ``n_heads``, ``n_kv_heads``, ``head_dim``, ``sliding_window``, ``decode_rows``."""
+        """``args``: ``n_heads``, ``n_kv_heads``, ``head_dim``, ``sliding_window``, ``decode_rows``. On a mesh each
+        chip holds ``n_local_heads`` query and ``n_local_kv_heads`` KV heads (:class:`HeadSplit`)."""
         self.args = args
         self.device = device
         self.rotary = rotary
+        split = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
+        self.n_local_heads, self.n_local_kv_heads = split.q_per_chip, split.kv_per_chip
         # float32-exact: ttnn's chunked SDPA binding rejects a Python float that float32 cannot hold.
         self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
-        wqkv, bqkv = fused_qkv(state, prefix, args.n_heads, args.n_kv_heads, rotary)
-        self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, layout=decode.qkv)
-        self.wo = Linear(state[f"{prefix}{out_proj}.weight"], device, weight_dtype,
-                         bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo)
+        wqkv, bqkv = fused_qkv(state, prefix, split, args.head_dim, rotary)
+        self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, layout=decode.qkv, parallel="column")
+        self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, args.head_dim), device,
+                         weight_dtype, bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo, parallel="row")
         # Each user's heads (padded to a tile of rows) on its own core, the cores of the rotary cos/sin.
         self.decode_heads_memory_config = ttnn.create_sharded_memory_config(
             (TILE, args.head_dim), user_cores(device, args.decode_rows), ttnn.ShardStrategy.HEIGHT,
@@ -71,7 +89,7 @@ class Attention:
         k_cache, v_cache = kv_cache
         xqkv = self.wqkv.forward(x)
         q, k, v = ttnn.experimental.nlp_create_qkv_heads(
-            xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads, transpose_k_heads=False)
+            xqkv, num_heads=self.n_local_heads, num_kv_heads=self.n_local_kv_heads, transpose_k_heads=False)
         ttnn.deallocate(xqkv)
         if self.rotary:
             q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=False)
@@ -103,7 +121,8 @@ class Attention:
         if xqkv.is_sharded():  # the head split reads an interleaved bfloat16 row block
             xqkv = ttnn.sharded_to_interleaved(xqkv, ttnn.L1_MEMORY_CONFIG)
         q, k, v = ttnn.experimental.nlp_create_qkv_heads_decode(
-            xqkv, num_heads=args.n_heads, num_kv_heads=args.n_kv_heads, memory_config=self.decode_heads_memory_config)
+            xqkv, num_heads=self.n_local_heads, num_kv_heads=self.n_local_kv_heads,
+            memory_config=self.decode_heads_memory_config)
         ttnn.deallocate(xqkv)
         if self.rotary:
             q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=True)
@@ -118,7 +137,7 @@ class Attention:
         attn_sharded = ttnn.interleaved_to_sharded(attn, self.decode_heads_memory_config)
         ttnn.deallocate(attn)
         # One head per core, width-sharded: the layout the DRAM-sharded output matmul reads (ATTN_OUTPUT_PROGCFG).
-        out = ttnn.experimental.nlp_concat_heads_decode(attn_sharded, num_heads=args.n_heads)
+        out = ttnn.experimental.nlp_concat_heads_decode(attn_sharded, num_heads=self.n_local_heads)
         ttnn.deallocate(attn_sharded)
         if self.wo.layout is None:
             out = ttnn.sharded_to_interleaved(out, ttnn.L1_MEMORY_CONFIG)

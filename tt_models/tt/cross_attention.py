@@ -10,7 +10,8 @@ rows whose position is ``-1`` (decode padding). Prefill queries are handed to it
 (``cur_pos`` = its last visible position): Mllama's text rows see only their image's real tiles.
 
 Decode's query and output projections use the decoder's DRAM-sharded layouts when it has them; the K/V
-projection runs only on encoder states (prefill) and stays interleaved.
+projection runs only on encoder states (prefill) and stays interleaved. On a mesh the heads split over the chips as
+in self-attention: Q and K/V column-parallel, the cross cache holds each chip's KV heads, the output row-parallel.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import torch
 
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs
+from tt_models.tt.attention import output_projection
 from tt_models.tt.linear import Linear
 from tt_models.tt.norm import RMSNorm
+from tt_models.tt.tensor_parallel import HeadSplit, by_chip, chips, select_heads
 from tt_models.tt.weights import as_int_tensor
 
 ROWS = 32  # query rows per decode-SDPA call
@@ -42,23 +45,34 @@ class CrossAttention:
 
     def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
                  decode: DecodeConfigs, *, out_proj: str = "out_proj", qk_norm_eps: float | None = None) -> None:
-        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        split = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
+        self.n_heads, self.n_kv_heads, self.head_dim = split.q_per_chip, split.kv_per_chip, args.head_dim
         self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
-        self.wq = Linear(state[f"{prefix}q_proj.weight"], device, weight_dtype, bias=state.get(f"{prefix}q_proj.bias"),
-                         layout=decode.q)
+
+        def q_rows(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else by_chip([select_heads(t, split.q_heads(c), args.head_dim)
+                                                   for c in range(split.chips)])
+
+        self.wq = Linear(q_rows(state[f"{prefix}q_proj.weight"]), device, weight_dtype,
+                         bias=q_rows(state.get(f"{prefix}q_proj.bias")), layout=decode.q, parallel="column")
         wk, wv = state[f"{prefix}k_proj.weight"], state[f"{prefix}v_proj.weight"]
+        zeros = torch.zeros(wk.shape[0])  # Whisper's k_proj has no bias, its v_proj has one
         bk, bv = state.get(f"{prefix}k_proj.bias"), state.get(f"{prefix}v_proj.bias")
-        bkv = None
-        if bk is not None or bv is not None:  # Whisper's k_proj has no bias, its v_proj has one
-            zeros = torch.zeros(wk.shape[0])
-            bkv = torch.cat([zeros if bk is None else bk, zeros if bv is None else bv])
-        self.wkv = Linear(torch.cat([wk, wv]), device, weight_dtype, bias=bkv)
-        self.wo = Linear(state[f"{prefix}{out_proj}.weight"], device, weight_dtype,
-                         bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo)
+        has_bias = bk is not None or bv is not None
+        bk, bv = zeros if bk is None else bk, zeros if bv is None else bv
+
+        def kv_rows(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return by_chip([torch.cat([select_heads(t, split.kv_heads(c), args.head_dim) for t in (k, v)])
+                            for c in range(split.chips)])
+
+        self.wkv = Linear(kv_rows(wk, wv), device, weight_dtype, bias=kv_rows(bk, bv) if has_bias else None,
+                          parallel="column")
+        self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, args.head_dim), device,
+                         weight_dtype, bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo, parallel="row")
         self.q_norm = self.k_norm = None
         if qk_norm_eps is not None:
-            self.q_norm = RMSNorm(state[f"{prefix}q_norm.weight"], qk_norm_eps, device)
-            self.k_norm = RMSNorm(state[f"{prefix}k_norm.weight"], qk_norm_eps, device)
+            self.q_norm = RMSNorm(state[f"{prefix}q_norm.weight"], qk_norm_eps, device, fractured=False)
+            self.k_norm = RMSNorm(state[f"{prefix}k_norm.weight"], qk_norm_eps, device, fractured=False)
 
     def fill(self, encoder_states: Any, kv_cache: tuple[Any, Any], cross_page_table: Any) -> None:
         """Project ``encoder_states [1, 1, S_enc, dim]`` to K/V and write them to the cross blocks

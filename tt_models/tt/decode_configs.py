@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tt_models.runtime import ttnn
+from tt_models.tt.tensor_parallel import HeadSplit
 
 TILE = 32
 MAX_GRID = 8  # rows and columns of every decode grid, as tt_transformers' find_grid / find_grid_k_n
@@ -251,22 +252,28 @@ class DecodeConfigs:
     @classmethod
     def sharded(cls, device: Any, *, dim: int, hidden_dim: int, n_heads: int, n_kv_heads: int,
                 head_dim: int) -> "DecodeConfigs":
-        """tt_transformers' configs for a single-device replica (its ``DECODE_RESIDUAL_MEMCFG``,
+        """tt_transformers' configs for one chip of a replica (its ``DECODE_RESIDUAL_MEMCFG``,
         ``SHARDED_*_INPUT_MEMCFG``, ``SHARDED_NORM_*_PRGM_CFG``, ``XQKV_DECODE_PROGCFG``, ``ATTN_OUTPUT_PROGCFG``,
-        ``DECODE_MLP_W1_W3_PRG_CONFIG``, ``DECODE_MLP_W2_PRG_CONFIG`` and LM head configs), each checked."""
+        ``DECODE_MLP_W1_W3_PRG_CONFIG``, ``DECODE_MLP_W2_PRG_CONFIG`` and LM head configs), each checked. On a mesh
+        of N chips they are one chip's: the residual ``dim / N`` columns wide, the norms and column-parallel inputs
+        the whole gathered row, the matmuls over the chip's heads and ``hidden_dim / N`` MLP columns."""
         board = Board.of(device)
-        residual = grid_for_k(dim // TILE)
-        mlp = grid_for_k_and_n(dim // TILE, hidden_dim // TILE)
-        heads = ttnn.num_cores_to_corerangeset(n_heads, device.compute_with_storage_grid_size(), row_wise=True)
-        attention_norm = ShardedNorm.on(residual, dim)
+        chips = device.get_num_devices()
+        split = HeadSplit.of(n_heads, n_kv_heads, chips)
+        q_heads, kv_heads, hidden = split.q_per_chip, split.kv_per_chip, hidden_dim // chips
+        whole_row = grid_for_k(dim // TILE)
+        mlp = grid_for_k_and_n(dim // TILE, hidden // TILE)
+        heads = ttnn.num_cores_to_corerangeset(q_heads, device.compute_with_storage_grid_size(), row_wise=True)
+        attention_norm = ShardedNorm.on(whole_row, dim)
+        residual = (attention_norm if chips == 1 else ShardedNorm.on(grid_for_k(dim // chips // TILE), dim // chips))
         configs = cls(
-            residual=attention_norm.memory_config, attention_norm=attention_norm, mlp_norm=ShardedNorm.on(mlp, dim),
+            residual=residual.memory_config, attention_norm=attention_norm, mlp_norm=ShardedNorm.on(mlp, dim),
             lm_head_norm=ShardedNorm.on(lm_head_grid(dim), dim),
-            qkv=DramShardedMatmul.on(residual, dim, (n_heads + 2 * n_kv_heads) * head_dim, board),
-            q=DramShardedMatmul.on(residual, dim, n_heads * head_dim, board),
-            wo=DramShardedMatmul(n_heads * head_dim, dim, heads, n_heads, board),
-            mlp_in=DramShardedMatmul.on(mlp, dim, hidden_dim, board),
-            mlp_out=DramShardedMatmul.on(grid_for_k_and_n(hidden_dim // TILE, dim // TILE), hidden_dim, dim, board),
+            qkv=DramShardedMatmul.on(whole_row, dim, (q_heads + 2 * kv_heads) * head_dim, board),
+            q=DramShardedMatmul.on(whole_row, dim, q_heads * head_dim, board),
+            wo=DramShardedMatmul(q_heads * head_dim, dim, heads, q_heads, board),
+            mlp_in=DramShardedMatmul.on(mlp, dim, hidden, board),
+            mlp_out=DramShardedMatmul.on(grid_for_k_and_n(hidden // TILE, dim // TILE), hidden, dim, board),
             lm_head_grid=lm_head_grid(dim), board=board, dim=dim)
         for layout in (configs.qkv, configs.q, configs.wo, configs.mlp_in, configs.mlp_out):
             layout.check()

@@ -1,4 +1,5 @@
-"""Token embedding lookup on the device."""
+"""Token embedding lookup on the device. On a mesh the table is split by hidden columns, so the embeddings come out
+fractured, as the residual stream they start (:mod:`tt_models.tt.tensor_parallel`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tt_models.tt.weights import as_tensor, mesh_mapper
 class Embedding:
     def __init__(self, weight: torch.Tensor, device: Any) -> None:
         self.device = device
-        self.weight = as_tensor(weight, device, layout=ttnn.ROW_MAJOR_LAYOUT)
+        self.weight = as_tensor(weight, device, layout=ttnn.ROW_MAJOR_LAYOUT, shard_dim=-1)
 
     def forward(self, tokens: torch.Tensor) -> Any:
         """Token ids ``[S]`` -> embeddings ``[1, 1, S, dim]`` (TILE, bfloat16)."""

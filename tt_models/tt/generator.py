@@ -25,8 +25,9 @@ from tt_models.runtime import backend_of, ttnn, use
 from tt_models.tt.decode_inputs import HostInputs, to_device
 from tt_models.tt.decode_trace import DecodeTraces
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
+from tt_models.tt.lm_head import gather_logits
 from tt_models.tt.sampling import ROWS, SamplingBatch, TTSampling
-from tt_models.tt.weights import as_tensor, to_host
+from tt_models.tt.weights import as_tensor, logits_to_host, to_host
 from tt_models.vllm import VllmModelInterface
 
 
@@ -100,23 +101,20 @@ class Generator(VllmModelInterface):
     def allocate_kv_cache(self, kv_cache_shape: Sequence[int], dtype: Any = None, num_layers: int | None = None,
                           **kwargs: Any) -> list[list[list[Any]]]:
         """``[replica][layer] -> [K, V]`` in the optimizations profile's dtype (``dtype`` is vLLM's torch
-        dtype, ignored as tt-metal does), each ``[num_blocks, n_kv_heads, block_size, head_dim]``.
-
-        Only ``num_blocks`` and ``block_size`` are taken from ``kv_cache_shape``; KV heads and head_dim are the
-        replica's own (``model.kv_geometry``). TT vLLM computes the shape for tensor parallelism,
-        ``kv_heads // min(chips per submesh, kv_heads)``, and tt-metal's tt_transformers
-        (``models/tt_transformers/tt/generator_vllm.py::allocate_vllm_kv_cache``) allocates exactly that shape,
-        replicated over the submesh, because its models shard the KV heads over the chips. A tt-models replica
-        is not tensor-parallel: it holds the whole model on every chip of its (sub)mesh, so each chip needs all
-        KV heads, and the TP shape would break it on any multi-chip (sub)mesh.
-        """
+        dtype, ignored as tt-metal does), each ``kv_cache_shape = [num_blocks, n_kv_heads, block_size, head_dim]``
+        on every chip of the replica: the per-chip shape TT vLLM passes, ``kv_heads // min(chips per submesh,
+        kv_heads)`` heads, each chip filling the buffer with its own heads (tt_transformers'
+        ``allocate_vllm_kv_cache``). A shape whose heads or head_dim are not a chip's is refused."""
         caches = []
         for model, device in zip(self.models, self.devices):
             n_kv_heads, head_dim = model.kv_geometry
-            shape = (kv_cache_shape[0], n_kv_heads, kv_cache_shape[2], head_dim)
+            if tuple(kv_cache_shape[1::2]) != (n_kv_heads, head_dim):
+                raise ValueError(f"KV cache shape {tuple(kv_cache_shape)}: each of the replica's "
+                                 f"{device.get_num_devices()} chips holds {n_kv_heads} KV heads of head_dim "
+                                 f"{head_dim}, so the shape must be (blocks, {n_kv_heads}, block_size, {head_dim})")
             with use(device):
                 layers = num_layers or model.n_layers
-                caches.append(allocate_paged_kv_cache(shape, layers, model.precision.kv_cache, device))
+                caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device))
         return caches
 
     # Swap: tt-models' extension of the contract, for an engine that preempts by swapping KV to host memory.
@@ -219,9 +217,12 @@ class Generator(VllmModelInterface):
                     host.update(batch.host_inputs(device, self.vocab_size, _rows_of(prompt_tokens, rows),
                                                   _rows_of(output_tokens, rows)))
 
-            def step(device_inputs: dict[str, Any], replica: int = replica, mode: Any = mode) -> Any:
+            def step(device_inputs: dict[str, Any], replica: int = replica, mode: Any = mode, device: Any = device) -> Any:
                 logits = forward(replica, device_inputs)
-                return logits if mode is None else self.samplers[replica].forward(logits, mode, device_inputs)
+                if mode is None:
+                    return logits
+                return self.samplers[replica].forward(gather_logits(logits, device, self.vocab_size), mode,
+                                                      device_inputs)
 
             # The mock device cannot capture traces (tt-metal dereferences a mocked buffer): it runs eagerly.
             traced = enable_trace and self.replica_backend(device) != "mock"
@@ -276,7 +277,7 @@ class Generator(VllmModelInterface):
             rows = []
             for out, device in zip(tt_out, self.devices):
                 with use(device):
-                    rows.append(to_host(out, device)[0, 0, :users].float())
+                    rows.append(logits_to_host(out, device, self.vocab_size)[0, 0, :users].float())
             return torch.cat(rows)[:, None, :]
         tokens, log_probs = [], []
         for (sampled, lp), device in zip(tt_out, self.devices):

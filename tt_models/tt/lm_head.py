@@ -3,6 +3,10 @@
 With sharded decode layouts the weight is split by output columns into as many DRAM-sharded matmuls as L1 holds
 (tt_transformers' LM head), each reading the input width-sharded over the LM head grid; their outputs are
 concatenated into one DRAM row block of float32 logits, as the interleaved head produces.
+
+On a mesh the head is column-parallel over the vocabulary (padded to whole tiles on every chip): each chip computes
+its slice of the logits from the replicated normed input, and the slices are joined on the host
+(:func:`~tt_models.tt.weights.logits_to_host`) or, for device sampling, gathered on the device (:func:`gather_logits`).
 """
 
 from __future__ import annotations
@@ -15,16 +19,29 @@ from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.linear import Linear
 from tt_models.tt.paged_inputs import TILE, PrefillChunk
-from tt_models.tt.weights import to_host
+from tt_models.tt.tensor_parallel import chips, gather
+from tt_models.tt.weights import logits_to_host
 
 
 class LMHead:
     def __init__(self, weight: torch.Tensor, device: Any, weight_dtype: Any, decode: DecodeConfigs,
                  bias: torch.Tensor | None = None) -> None:
         """``weight``: ``[vocab, dim]``."""
-        self.splits = [Linear(weight[start:end], device, weight_dtype,
-                              bias=None if bias is None else bias[start:end], layout=layout)
-                       for start, end, layout in decode.lm_head_splits(weight.shape[0], weight_dtype, ttnn.float32)]
+        n = chips(device)
+        self.vocab_size = weight.shape[0]
+        if n > 1:  # each chip's slice of the vocabulary in whole tiles
+            pad = -weight.shape[0] % (n * TILE)
+            weight = torch.nn.functional.pad(weight, (0, 0, 0, pad))
+            bias = None if bias is None else torch.nn.functional.pad(bias, (0, pad))
+        per_chip = weight.shape[0] // n
+
+        def columns(t: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
+            """Columns ``start .. end`` of every chip's slice, in chip order."""
+            return None if t is None else torch.cat([t[c * per_chip + start: c * per_chip + end] for c in range(n)])
+
+        self.splits = [Linear(columns(weight, start, end), device, weight_dtype, bias=columns(bias, start, end),
+                              layout=layout, parallel="column")
+                       for start, end, layout in decode.lm_head_splits(per_chip, weight_dtype, ttnn.float32)]
 
     def forward(self, x: Any) -> Any:
         """``x [1, 1, 32, dim]`` -> float32 logits ``[1, 1, 32, vocab]`` in DRAM."""
@@ -48,14 +65,24 @@ class LMHead:
 def last_token_logits(x: Any, chunk: PrefillChunk, norm: Any | None, lm_head: LMHead, device: Any,
                       on_device: bool = False) -> Any:
     """Logits of a prefill chunk's last position: the final norm (if any) and LM head run on the one tile
-    holding it. Host ``[V]``, or with ``on_device`` the device row ``[1, 1, 1, V]`` (for device sampling)."""
+    holding it. Host ``[V]``, or with ``on_device`` the device row ``[1, 1, 1, V]`` (for device sampling; gathered
+    over a mesh)."""
     last = chunk.end - 1 - chunk.start
     tile = last // TILE * TILE
-    if norm is not None:
-        x = norm.forward(x)
+    x = gather(x, device) if norm is None else norm.forward(x)  # the head reads whole rows
     x = ttnn.slice(x, (0, 0, tile, 0), (1, 1, tile + TILE, x.shape[-1]))
     logits = lm_head.forward(x)
     if on_device:
         row = last - tile
+        logits = gather_logits(logits, device, lm_head.vocab_size)
         return ttnn.slice(logits, (0, 0, row, 0), (1, 1, row + 1, logits.shape[-1]))
-    return to_host(logits, device)[0, 0, last - tile].float()
+    return logits_to_host(logits, device, lm_head.vocab_size)[0, 0, last - tile].float()
+
+
+def gather_logits(logits: Any, device: Any, vocab_size: int) -> Any:
+    """Vocabulary-split logits whole on every chip of a mesh (the device sampler reads whole rows)."""
+    if chips(device) == 1:
+        return logits
+    whole = gather(logits, device)
+    ttnn.deallocate(logits)
+    return ttnn.slice(whole, (0, 0, 0, 0), (*whole.shape[:-1], vocab_size))

@@ -2,6 +2,7 @@
 
 ``forward`` takes interleaved rows (prefill, encoders); ``forward_decode`` one tile of users on the decode
 layouts the block was built with (:class:`DecodeConfigs`): L1 width-sharded in and out when they are sharded.
+On a mesh the first projections are column-parallel and the last row-parallel: replicated in, fractured out.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ class MLP:
     def __init__(self, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
                  decode: DecodeConfigs) -> None:
         self.w1 = Linear(state[f"{prefix}gate_proj.weight"], device, weight_dtype, activation="silu",
-                         layout=decode.mlp_in)
-        self.w3 = Linear(state[f"{prefix}up_proj.weight"], device, weight_dtype, layout=decode.mlp_in)
-        self.w2 = Linear(state[f"{prefix}down_proj.weight"], device, weight_dtype, layout=decode.mlp_out)
+                         layout=decode.mlp_in, parallel="column")
+        self.w3 = Linear(state[f"{prefix}up_proj.weight"], device, weight_dtype, layout=decode.mlp_in,
+                         parallel="column")
+        self.w2 = Linear(state[f"{prefix}down_proj.weight"], device, weight_dtype, layout=decode.mlp_out,
+                         parallel="row")
 
     def forward(self, x: Any) -> Any:
         return self._forward(x, decode=False)
@@ -50,9 +53,9 @@ class FeedForward:
         """``decode``: the decoder's layouts (None in encoders, which never decode)."""
         decode = decode or DecodeConfigs.interleaved()
         self.fc1 = Linear(state[f"{prefix}fc1.weight"], device, weight_dtype, bias=state[f"{prefix}fc1.bias"],
-                          activation=activation, layout=decode.mlp_in)
+                          activation=activation, layout=decode.mlp_in, parallel="column")
         self.fc2 = Linear(state[f"{prefix}fc2.weight"], device, weight_dtype, bias=state[f"{prefix}fc2.bias"],
-                          layout=decode.mlp_out)
+                          layout=decode.mlp_out, parallel="row")
 
     def forward(self, x: Any) -> Any:
         hidden = self.fc1.forward(x)

@@ -45,8 +45,8 @@ class Seq2SeqModel:
 
     @property
     def kv_geometry(self) -> tuple[int, int]:
-        """``(n_kv_heads, head_dim)`` of the decoder's self and cross pools."""
-        return self.args.n_kv_heads, self.args.head_dim
+        """``(KV heads, head_dim)`` of one chip's self and cross pools."""
+        return self.decoder.heads.kv_per_chip, self.args.head_dim
 
     @property
     def vocab_size(self) -> int:

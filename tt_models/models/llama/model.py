@@ -1,4 +1,5 @@
-"""One replica of a Llama-family model on one device or mesh: embedding, decoder blocks, norm, LM head."""
+"""One replica of a Llama-family model on one device or a tensor-parallel mesh: embedding, decoder blocks, norm, LM
+head."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.rope import RotarySetup
+from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor
 
 
@@ -24,6 +26,8 @@ class LlamaModel:
         """``sharded_decode``: tt_transformers' DRAM-sharded decode layouts (else all interleaved, as a reference)."""
         self.device = device
         self.args = args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
+        check_splits(device, hidden_size=args.dim, intermediate_size=args.hidden_dim)
         self.precision = precision = Precision.for_model(hf_config, optimizations)
         self.decode = decode = (DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
                                                       n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
@@ -39,8 +43,8 @@ class LlamaModel:
 
     @property
     def kv_geometry(self) -> tuple[int, int]:
-        """``(n_kv_heads, head_dim)`` of one chip's KV pools (every chip holds the whole model)."""
-        return self.args.n_kv_heads, self.args.head_dim
+        """``(KV heads, head_dim)`` of one chip's KV pools."""
+        return self.heads.kv_per_chip, self.args.head_dim
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                 kv_cache: list[list[Any]], on_device: bool = False) -> Any:

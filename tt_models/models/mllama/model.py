@@ -34,8 +34,8 @@ class MllamaModel:
 
     @property
     def kv_geometry(self) -> tuple[int, int]:
-        """``(n_kv_heads, head_dim)`` of the text model's self and cross pools."""
-        return self.text.args.n_kv_heads, self.text.args.head_dim
+        """``(KV heads, head_dim)`` of one chip's self and cross pools (the text model's)."""
+        return self.text.heads.kv_per_chip, self.text.args.head_dim
 
     def vision_tokens(self, image: ImageInput) -> Any:
         """The image's vision tokens in the text width: ``[1, 1, max_num_tiles * patches, dim]``."""

@@ -7,7 +7,8 @@ from typing import Sequence
 import torch
 
 from . import trace
-from .device import ConcatMeshToTensor, MeshDevice, ReplicateTensorToMesh
+from .device import MeshDevice
+from .mesh import ConcatMesh2dToTensor, ConcatMeshToTensor, MeshTensor, ReplicateTensorToMesh
 from .errors import TTFatal, check, unsupported
 from .tensor import Tensor, quantize
 from .types import (
@@ -49,7 +50,7 @@ __all__ = [
 def from_torch(tensor: torch.Tensor | None, dtype: DataType | None = None, *, spec: object = None,
                tile: object = None, pad_value: float | None = None, layout: Layout | None = None,
                device: MeshDevice | None = None, memory_config: MemoryConfig | None = None,
-               mesh_mapper: ReplicateTensorToMesh | None = None, cq_id: int | None = None,
+               mesh_mapper: object = None, cq_id: int | None = None,
                preserve_nan_values: bool = False, col_tilize: bool = False,
                enable_bfloat_opt: bool = False) -> Tensor | None:
     if tensor is None:
@@ -72,24 +73,39 @@ def from_torch(tensor: torch.Tensor | None, dtype: DataType | None = None, *, sp
     if device is not None:
         _check_not_capturing("from_torch")
     value = quantize(tensor.detach().to(torch.float32 if tensor.is_floating_point() else tensor.dtype), dtype)
-    if value.data_ptr() == tensor.data_ptr():
-        value = value.clone()  # the tensor owns its buffer: in-place ops must not reach the caller's torch tensor
+    if mesh_mapper is None and device is not None and device.get_num_devices() > 1:
+        mesh_mapper = ReplicateTensorToMesh(device)  # ttnn's default on a mesh
+    if mesh_mapper is None:
+        if value.data_ptr() == tensor.data_ptr():
+            value = value.clone()  # the tensor owns its buffer: in-place ops must not reach the caller's torch tensor
+        return _placed(value, dtype, layout, device, memory_config)
+    # Each chip owns its buffer, replicated or not: in-place ops write one chip's copy.
+    shards = [_placed(part.clone(memory_format=torch.contiguous_format), dtype, layout, device, memory_config)
+              for part in mesh_mapper.shards(value)]
+    return MeshTensor(shards, device) if len(shards) > 1 else shards[0]
+
+
+def _placed(value: torch.Tensor, dtype: DataType, layout: Layout, device: MeshDevice | None,
+            memory_config: MemoryConfig | None) -> Tensor:
     if device is not None and memory_config is not None and memory_config.is_sharded():
         _check_shard_fits(value.shape, memory_config, layout, "from_torch", device)
     return Tensor(value, dtype, layout, device, (memory_config or DRAM_MEMORY_CONFIG) if device is not None else None)
 
 
-def to_torch(tensor: Tensor, dtype: torch.dtype | None = None, *, torch_rank: int | None = None,
-             mesh_composer: ConcatMeshToTensor | None = None, device: MeshDevice | None = None,
-             cq_id: int | None = None) -> torch.Tensor:
-    if not isinstance(tensor, Tensor):
+def to_torch(tensor: Tensor | MeshTensor, dtype: torch.dtype | None = None, *, torch_rank: int | None = None,
+             mesh_composer: ConcatMeshToTensor | ConcatMesh2dToTensor | None = None,
+             device: MeshDevice | None = None, cq_id: int | None = None) -> torch.Tensor:
+    if not isinstance(tensor, (Tensor, MeshTensor)):
         raise TypeError(f"to_torch: expected a ttnn.Tensor, got {type(tensor).__name__}")
-    check(tensor.value is not None, "to_torch", "the tensor was deallocated")
+    shards = tensor.shards if isinstance(tensor, MeshTensor) else [tensor]
+    check(all(s.value is not None for s in shards), "to_torch", "the tensor was deallocated")
     if tensor.device() is not None:
         _check_not_capturing("to_torch")
-    out = tensor.to_torch()
     if mesh_composer is not None:
-        out = mesh_composer.compose(out)
+        out = mesh_composer.compose([s.to_torch() for s in shards])
+    else:
+        check(len(shards) == 1, "to_torch", f"a tensor on {len(shards)} chips needs a mesh_composer")
+        out = shards[0].to_torch()
     if torch_rank is not None:
         extra = out.dim() - torch_rank
         check(extra >= 0 and all(d == 1 for d in out.shape[:extra]), "to_torch",
@@ -98,16 +114,20 @@ def to_torch(tensor: Tensor, dtype: torch.dtype | None = None, *, torch_rank: in
     return out.to(dtype) if dtype is not None else out
 
 
-def to_device(tensor: Tensor, device: MeshDevice, memory_config: MemoryConfig | None = None, *,
-              queue_id: object = None) -> Tensor:
+def to_device(tensor: Tensor | MeshTensor, device: MeshDevice, memory_config: MemoryConfig | None = None, *,
+              queue_id: object = None) -> Tensor | MeshTensor:
     _check_not_capturing("to_device")
     memory_config = memory_config or DRAM_MEMORY_CONFIG
     if memory_config.is_sharded():
         _check_shard_fits(tensor.shape, memory_config, tensor.layout, "to_device", device)
-    return Tensor(tensor.value.clone(), tensor.dtype, tensor.layout, device, memory_config)
+    chips = device.get_num_devices()
+    shards = tensor.shards if isinstance(tensor, MeshTensor) else [tensor] * chips
+    check(len(shards) == chips, "to_device", f"a tensor for {len(shards)} chips cannot go to a {chips}-chip mesh")
+    placed = [Tensor(s.value.clone(), s.dtype, s.layout, device, memory_config) for s in shards]
+    return MeshTensor(placed, device) if chips > 1 else placed[0]
 
 
-def from_device(tensor: Tensor, blocking: bool = True, *, queue_id: object = None) -> Tensor:
+def from_device(tensor: Tensor | MeshTensor, blocking: bool = True, *, queue_id: object = None) -> Tensor | MeshTensor:
     _check_not_capturing("from_device")
     return tensor.cpu()
 
@@ -179,15 +199,21 @@ def clone(input: Tensor, *, dtype: DataType | None = None, memory_config: Memory
     return input.like(input.value, dtype=dtype, memory_config=memory_config or input.memory_config())
 
 
-def copy_host_to_device_tensor(host_tensor: Tensor, device_tensor: Tensor, cq_id: int | None = None) -> None:
-    """Overwrite a device tensor in place (how new inputs reach a captured trace)."""
+def copy_host_to_device_tensor(host_tensor: Tensor | MeshTensor, device_tensor: Tensor | MeshTensor,
+                               cq_id: int | None = None) -> None:
+    """Overwrite a device tensor in place (how new inputs reach a captured trace); on a mesh chip by chip."""
     _check_not_capturing("copy_host_to_device_tensor")
     check(host_tensor.device() is None, "copy_host_to_device_tensor", "the source must be a host tensor")
-    _check_on_device(device_tensor, "copy_host_to_device_tensor")
+    check(device_tensor.device() is not None, "copy_host_to_device_tensor", "the tensor must be on a device")
     check((host_tensor.shape, host_tensor.dtype, host_tensor.layout)
           == (device_tensor.shape, device_tensor.dtype, device_tensor.layout), "copy_host_to_device_tensor",
           f"host tensor {host_tensor} does not match device tensor {device_tensor}")
-    device_tensor.value = host_tensor.value.clone()
+    targets = device_tensor.shards if isinstance(device_tensor, MeshTensor) else [device_tensor]
+    sources = host_tensor.shards if isinstance(host_tensor, MeshTensor) else [host_tensor] * len(targets)
+    check(len(sources) == len(targets), "copy_host_to_device_tensor",
+          f"a host tensor for {len(sources)} chips cannot fill a tensor on {len(targets)}")
+    for source, target in zip(sources, targets):
+        target.value = source.value.clone()
 
 
 def deallocate(tensor: Tensor, force: bool = True) -> None:

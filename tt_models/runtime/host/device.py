@@ -6,9 +6,7 @@ import enum
 import itertools
 from typing import Sequence
 
-import torch
-
-from .errors import check, unsupported
+from .errors import check
 from .types import CoreCoord, MeshShape
 
 _ids = itertools.count()
@@ -21,9 +19,6 @@ __all__ = [
     "open_mesh_device",
     "close_mesh_device",
     "get_num_devices",
-    "ReplicateTensorToMesh",
-    "ShardTensorToMesh",
-    "ConcatMeshToTensor",
 ]
 
 
@@ -36,7 +31,7 @@ class Arch(enum.Enum):
 class MeshDevice:
     """A host-backend device: a mesh of ``shape`` chips (1x1 for a single chip).
 
-    Tensors placed on it are replicated over the mesh (one copy held on the host). Its grid and arch
+    A tensor on a mesh of several chips holds one value per chip (``mesh.py``). Its grid and arch
     describe the board it stands in for, so model code sizes its program configs as on hardware.
     """
 
@@ -108,26 +103,3 @@ def close_mesh_device(mesh_device: MeshDevice) -> None:
 def get_num_devices() -> list[int]:
     """The ids of the chips present: the host backend stands in for one chip."""
     return [0]
-
-
-class ReplicateTensorToMesh:
-    """Every chip of the mesh holds the whole tensor (the only placement the host backend models)."""
-
-    def __init__(self, mesh_device: MeshDevice) -> None:
-        self.mesh_device = mesh_device
-
-
-class ShardTensorToMesh:
-    def __init__(self, mesh_device: MeshDevice, dim: int) -> None:
-        raise unsupported("ShardTensorToMesh", "sharding a tensor over a mesh (use data-parallel submeshes)")
-
-
-class ConcatMeshToTensor:
-    """Concatenates the per-chip copies along ``dim`` (each chip holds the same replicated tensor)."""
-
-    def __init__(self, mesh_device: MeshDevice, dim: int) -> None:
-        self.mesh_device = mesh_device
-        self.dim = dim
-
-    def compose(self, value: torch.Tensor) -> torch.Tensor:
-        return torch.cat([value] * self.mesh_device.get_num_devices(), dim=self.dim)

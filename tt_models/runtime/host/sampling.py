@@ -3,7 +3,7 @@
 ``ttnn.sampling`` runs one core per user row; each core draws its random number from its own PRNG, which
 ``ttnn.manual_seed`` seeds (one seed for every core, or ``seeds[i]`` for core ``user_ids[i]``) and which
 advances with every draw. A ``seed`` given to ``sampling`` itself reseeds every core first. The host backend
-keeps one ``torch.Generator`` per (device, core) for this.
+keeps one ``torch.Generator`` per (device, chip, core) for this.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import torch
 from .core import _check_on_device, _into
 from .device import MeshDevice
 from .errors import check
+from .mesh import current_chip
 from .tensor import Tensor
 from .types import CoreRangeSet, DataType, Layout, MemoryConfig
 
 __all__ = ["argmax", "topk", "gather", "sampling", "manual_seed"]
 
 _USERS = 32  # ttnn.sampling: one core per user, at most 32
-_prngs: dict[tuple[int, int], torch.Generator] = {}
+_prngs: dict[tuple[int, int, int], torch.Generator] = {}
 
 
 def argmax(input_tensor: Tensor, dim: int | None = None, keepdim: bool = False, *,
@@ -99,9 +100,13 @@ def manual_seed(seeds: int | Tensor = 0, *, device: MeshDevice | None = None, us
             user_ids.value.flatten().tolist() if isinstance(user_ids, Tensor) else [user_ids])
         device = device or user_ids.device()
         pairs = ((u, seeds) for u in users)
+    # Called with device=, not with mesh tensors, the seeds reach every chip of the mesh.
+    chips = [current_chip()] if isinstance(seeds, Tensor) or isinstance(user_ids, Tensor) else range(
+        device.get_num_devices())
     for user, seed in pairs:
         check(0 <= user < _USERS, "manual_seed", f"user id {user} outside 0..{_USERS - 1}")
-        _prng(device, int(user)).manual_seed(int(seed))
+        for chip in chips:
+            _prng(device, int(user), chip).manual_seed(int(seed))
 
 
 def sampling(input_values_tensor: Tensor, input_indices_tensor: Tensor, k: Tensor, p: Tensor, temp: Tensor, *,
@@ -165,8 +170,9 @@ def _stable_top(values: torch.Tensor, k: int, dim: int, largest: bool) -> torch.
     return picked.gather(dim, order)
 
 
-def _prng(device: MeshDevice, user: int) -> torch.Generator:
-    key = (device.id(), user)
+def _prng(device: MeshDevice, user: int, chip: int | None = None) -> torch.Generator:
+    """Core ``user``'s PRNG on the chip running the op (``chip``: another one)."""
+    key = (device.id(), current_chip() if chip is None else chip, user)
     if key not in _prngs:
         _prngs[key] = torch.Generator().manual_seed(user)
     return _prngs[key]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .device import MeshDevice
+from .mesh import MeshTensor
 from .errors import check
 from .tensor import Tensor
 
@@ -89,8 +90,11 @@ def recorded(fn: Callable) -> Callable:
 
 
 def _tensors(result: Any) -> list[Tensor]:
+    """The per-chip tensors of an op's result."""
     if isinstance(result, Tensor):
         return [result]
+    if isinstance(result, MeshTensor):
+        return list(result.shards)
     if isinstance(result, (list, tuple)):
-        return [t for t in result if isinstance(t, Tensor)]
+        return [t for r in result for t in _tensors(r)]
     return []
