@@ -11,7 +11,7 @@ from typing import Any, Iterator
 BACKEND_ENV = "TT_MODELS_BACKEND"
 BACKENDS = ("ttnn", "mock", "host")
 # Mock boards and the meshes they open as.
-MOCK_BOARDS = {"n150": (1, 1), "n300": (1, 2), "p150": (1, 1)}
+MOCK_BOARDS = {"n150": (1, 1), "n300": (1, 2), "p150": (1, 1), "t3k": (1, 8), "p150x4": (1, 4)}
 
 # Open devices, most recent last: (device, backend name, API module).
 _open: list[tuple[Any, str, ModuleType]] = []
@@ -70,8 +70,9 @@ def open_device(backend: str | None = None, *, mesh_shape: tuple[int, int] = (1,
     """Open a device (always a mesh device, 1x1 for one chip) and make its backend the active ttnn API.
 
     ``backend``: ``"ttnn"`` (a real TT device or mesh), ``"mock"`` (the real ttnn on a mock cluster: ``board``
-    ``"n150"`` or ``"p150"``, or ``"n300"`` as a 1x2 mesh) or ``"host"``; ``None`` picks :func:`default_backend`.
-    ``device_kwargs`` go to ``open_mesh_device`` (``l1_small_size``, ``trace_region_size``, ...).
+    ``"n150"`` or ``"p150"``, ``"n300"`` as a 1x2 mesh, ``"t3k"`` as 1x8, ``"p150x4"`` as 1x4) or ``"host"``; ``None``
+    picks :func:`default_backend`. ``device_kwargs`` go to ``open_mesh_device`` (``l1_small_size``,
+    ``trace_region_size``, ...). A multi-chip mesh of the real ttnn opens with 1D fabric (see :func:`_uses_fabric`).
     """
     backend = backend or default_backend()
     api = api_module(backend)
@@ -87,6 +88,8 @@ def open_device(backend: str | None = None, *, mesh_shape: tuple[int, int] = (1,
 
         mock.activate(board)
         mesh_shape = MOCK_BOARDS[board]
+    if _uses_fabric(backend, mesh_shape[0] * mesh_shape[1]):
+        api.set_fabric_config(api.FabricConfig.FABRIC_1D)
     device = api.open_mesh_device(api.MeshShape(*mesh_shape), **device_kwargs)
     _open.append((device, backend, api))
     return device
@@ -94,12 +97,22 @@ def open_device(backend: str | None = None, *, mesh_shape: tuple[int, int] = (1,
 
 def close_device(device: Any) -> None:
     """Close a device opened by :func:`open_device`; the previously opened one's backend becomes active."""
-    for i, (dev, _, api) in enumerate(_open):
+    for i, (dev, backend, api) in enumerate(_open):
         if dev is device:
             del _open[i]
+            fabric = _uses_fabric(backend, device.get_num_devices())
             api.close_mesh_device(device)
+            if fabric:
+                api.set_fabric_config(api.FabricConfig.DISABLED)
             return
     raise ValueError(f"close_device: {device!r} was not opened by tt_models.runtime.open_device")
+
+
+def _uses_fabric(backend: str, num_chips: int) -> bool:
+    """CCL ops (all_gather, reduce_scatter, all_reduce) on a mesh of the real ttnn need tt-metal's fabric, which must
+    be configured before the mesh opens (as TT vLLM's plugin does) and is reset after it closes; the host backend
+    has none."""
+    return backend != "host" and num_chips > 1
 
 
 def backend_of(device: Any) -> str:

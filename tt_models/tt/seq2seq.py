@@ -21,6 +21,7 @@ from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.seq2seq_layers import CrossDecoderLayer
+from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips, fracture, gather
 from tt_models.tt.weights import as_int_tensor
 
 
@@ -84,6 +85,8 @@ class Seq2SeqDecoder:
                  lm_head: torch.Tensor, lm_head_bias: torch.Tensor | None = None) -> None:
         prefix = "model.decoder."
         self.args, self.device = args, device
+        self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
+        check_splits(device, d_model=args.dim, ffn_dim=args.ffn_dim)
         self.decode = decode = DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.ffn_dim,
                                                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
                                                      head_dim=args.head_dim)
@@ -106,7 +109,7 @@ class Seq2SeqDecoder:
         if self.args.embed_scale != 1.0:
             x = ttnn.multiply(x, self.args.embed_scale)
         x = ttnn.add(x, position_embeddings)
-        return x if self.embedding_norm is None else self.embedding_norm.forward(x)
+        return x if self.embedding_norm is None else fracture(self.embedding_norm.forward(x), self.device)
 
     def fill_cross(self, encoder_states: Any, encoder_len: int, cross_row: torch.Tensor,
                    kv_cache: list[list[Any]]) -> None:
@@ -162,6 +165,5 @@ class Seq2SeqDecoder:
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_decode(x, cache, cross, page_table=inputs["page_table"],
                                      current_pos=inputs["current_pos"])
-        if self.final_norm is not None:
-            x = self.final_norm.forward(x, self.decode.lm_head_norm)
+        x = gather(x, self.device) if self.final_norm is None else self.final_norm.forward(x, self.decode.lm_head_norm)
         return self.lm_head.forward(x)

@@ -1,7 +1,8 @@
 """Encoder and decoder layers of HF's encoder-decoder models (Whisper, BART, MBart share their names).
 
 ``pre_norm`` (Whisper, MBart): ``x + sublayer(norm(x))``; otherwise (BART) ``norm(x + sublayer(x))``.
-In decode the residual stream stays in ``decode.residual``, as in the Llama family's blocks.
+In decode the residual stream stays in ``decode.residual``, as in the Llama family's blocks. On a mesh the residual
+is fractured (:mod:`tt_models.tt.tensor_parallel`): a post-norm's whole-row output is fractured again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tt_models.tt.decode_configs import DecodeConfigs, ShardedNorm, reshard
 from tt_models.tt.encoder_attention import EncoderAttention
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.norm import LayerNorm
+from tt_models.tt.tensor_parallel import fracture, gather
 
 
 def _norm(state: dict[str, torch.Tensor], prefix: str, eps: float, device: Any) -> LayerNorm:
@@ -29,8 +31,8 @@ def _residual(x: Any, sublayer: Callable[[Any], Any], norm: LayerNorm, pre_norm:
         out = ttnn.add(x, sublayer(normed))
         ttnn.deallocate(normed)
         return out
-    summed = ttnn.add(x, sublayer(x))
-    out = norm.forward(summed)
+    summed = ttnn.add(x, sublayer(gather(x, norm.device)))  # a sublayer reads whole rows
+    out = fracture(norm.forward(summed), norm.device)
     ttnn.deallocate(summed)
     return out
 
@@ -44,8 +46,8 @@ def _residual_decode(x: Any, sublayer: Callable[[Any], Any], norm: LayerNorm, pr
         out = ttnn.add(x, reshard(sublayer(normed), decode.residual), memory_config=decode.residual)
         ttnn.deallocate(normed)
         return out
-    summed = ttnn.add(x, reshard(sublayer(x), decode.residual), memory_config=decode.residual)
-    out = norm.forward(summed, decode.attention_norm)
+    summed = ttnn.add(x, reshard(sublayer(gather(x, norm.device)), decode.residual), memory_config=decode.residual)
+    out = reshard(fracture(norm.forward(summed, decode.attention_norm), norm.device), decode.residual)
     ttnn.deallocate(summed)
     return out
 

@@ -136,4 +136,6 @@ def fracture(x: Any, device: Any) -> Any:
     """A replicated tensor's own slice on each chip (no data crosses chips)."""
     if chips(device) == 1:
         return x
+    if x.is_sharded():
+        x = ttnn.sharded_to_interleaved(x, ttnn.L1_MEMORY_CONFIG)
     return ttnn.mesh_partition(x, 3, memory_config=x.memory_config())

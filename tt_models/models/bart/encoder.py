@@ -11,6 +11,7 @@ from tt_models.tt.embedding import Embedding
 from tt_models.tt.norm import LayerNorm
 from tt_models.tt.seq2seq import Seq2SeqArgs
 from tt_models.tt.seq2seq_layers import EncoderLayer
+from tt_models.tt.tensor_parallel import fracture, gather
 
 
 def _optional_norm(state: dict[str, torch.Tensor], prefix: str, eps: float, device: Any) -> LayerNorm | None:
@@ -31,7 +32,7 @@ class BartEncoder:
         self.final_norm = _optional_norm(state, f"{prefix}layer_norm", args.eps, device)  # MBart
 
     def forward(self, input_ids: torch.Tensor) -> Any:
-        """Token ids ``[S]`` -> encoder states ``[1, 1, S, dim]``."""
+        """Token ids ``[S]`` -> encoder states ``[1, 1, S, dim]`` (replicated over a mesh)."""
         length = input_ids.shape[0]
         if not 0 < length <= self.args.max_source_positions:
             raise ValueError(f"encoder input of {length} tokens: BART takes 1 to {self.args.max_source_positions}")
@@ -40,7 +41,8 @@ class BartEncoder:
             x = ttnn.multiply(x, self.args.embed_scale)
         x = ttnn.add(x, self.embed_positions.forward(torch.arange(length) + self.args.position_offset))
         if self.embedding_norm is not None:
-            x = self.embedding_norm.forward(x)
+            x = fracture(self.embedding_norm.forward(x), self.device)
         for layer in self.layers:
             x = layer.forward(x)
-        return x if self.final_norm is None else self.final_norm.forward(x)
+        # Whole rows on every chip: the cross K/V projections are column-parallel.
+        return gather(x, self.device) if self.final_norm is None else self.final_norm.forward(x)

@@ -47,7 +47,8 @@ CACHE_ENV_VAR = "TT_METAL_CACHE"
 LOGS_ENV_VAR = "TT_METAL_LOGS_PATH"
 
 #: Supported mock boards -> cluster descriptor file shipped in this package.
-BOARDS: dict[str, str] = {"n150": "n150.yaml", "n300": "n300.yaml", "p150": "p150.yaml"}
+BOARDS: dict[str, str] = {"n150": "n150.yaml", "n300": "n300.yaml", "p150": "p150.yaml", "t3k": "t3k.yaml",
+                          "p150x4": "p150x4.yaml"}
 
 # Names tt-metal 0.81.1 (and older builds) look for in <ttnn>/runtime/sfpi/compiler/bin.
 _COMPILER_NAMES = ("riscv-tt-elf-g++", "riscv32-tt-elf-g++")
@@ -158,7 +159,7 @@ def uninstall(ttnn_dir: str | None = None) -> Path:
 
 
 def descriptor_path(board: str = "n150") -> Path:
-    """Path of the packaged cluster-descriptor YAML for ``board`` ("n150", "n300" or "p150")."""
+    """Path of the packaged cluster-descriptor YAML for ``board`` (a key of :data:`BOARDS`)."""
     try:
         return PACKAGE_DIR / BOARDS[board]
     except KeyError:
@@ -187,7 +188,7 @@ def environment(board: str = "n150", cache_dir: str | None = None) -> dict[str, 
     No directory is created here.
 
     Raises:
-        ValueError: for a board other than "n150" / "n300" / "p150".
+        ValueError: for a board not in :data:`BOARDS`.
     """
     desc = descriptor_path(board)
     cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
