@@ -11,18 +11,20 @@ from tt_models.models.mllama.text import MllamaText
 from tt_models.models.mllama.vision import VisionArgs, VisionEncoder, hf_projector_columns
 from tt_models.runtime import ttnn
 from tt_models.tt.model_config import Precision
-from tt_models.tt.weights import as_bias, as_linear_weight
+from tt_models.tt.linear import Linear
+from tt_models.tt.tensor_parallel import gather
 
 
 class MllamaModel:
     def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
                  max_seq_len: int, optimizations: str | None) -> None:
+        self.device = device
         self.vision_args = args = VisionArgs.from_hf(hf_config.vision_config)
         vision_precision = Precision.uniform(optimizations)
         self.vision = VisionEncoder(args, state, "model.vision_model.", device, vision_precision)
         projector = state["model.multi_modal_projector.weight"][:, hf_projector_columns(args)]
-        self.projector = as_linear_weight(projector, device, vision_precision.attention_weights)
-        self.projector_bias = as_bias(state["model.multi_modal_projector.bias"], device)
+        self.projector = Linear(projector, device, vision_precision.attention_weights,
+                                bias=state["model.multi_modal_projector.bias"], parallel="column")
         self.text = MllamaText(hf_config.text_config, state, device, max_batch_size=max_batch_size,
                                max_seq_len=max_seq_len, optimizations=optimizations)
         self.n_layers = self.text.n_layers
@@ -40,6 +42,6 @@ class MllamaModel:
     def vision_tokens(self, image: ImageInput) -> Any:
         """The image's vision tokens in the text width: ``[1, 1, max_num_tiles * patches, dim]``."""
         states = self.vision.forward(image.pixel_values, image.aspect_ratio_id, image.num_tiles)
-        out = ttnn.linear(states, self.projector, bias=self.projector_bias)
+        out = self.projector.forward(states)
         ttnn.deallocate(states)
-        return out
+        return gather(out, self.device)  # the cross K/V projections read whole rows

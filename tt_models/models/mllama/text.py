@@ -26,6 +26,7 @@ from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.rope import RotarySetup
+from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor, as_tensor
 
 PREFIX = "model.language_model."
@@ -109,6 +110,8 @@ class MllamaText:
                  max_seq_len: int, optimizations: str | None) -> None:
         self.device = device
         self.args = args = DecoderArgs.from_hf(text_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
+        check_splits(device, hidden_size=args.dim, intermediate_size=args.hidden_dim)
         self.precision = precision = text_precision(optimizations)
         self.decode = decode = DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
                                                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,

@@ -13,6 +13,9 @@ HF's ``MllamaVisionModel`` step by step, for one image padded to ``max_num_tiles
 - Output ``[1, 1, max_num_tiles * patches, dim * (1 + n_intermediate)]``: per token the final state, then each
   intermediate state. HF interleaves the intermediates feature by feature; :func:`hf_projector_columns` gives the
   projector the matching column order.
+
+On a mesh the patch embedding is column-parallel, so the residual stream is fractured as in the text layers, and
+the heads split over the chips; the output is gathered whole on every chip.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tt_models.tt.encoder_attention import EncoderAttention
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
+from tt_models.tt.tensor_parallel import fracture, gather
 from tt_models.tt.weights import as_linear_weight, as_tensor
 
 TILE = 32
@@ -143,8 +147,8 @@ class VisionEncoder:
         conv = state[f"{prefix}patch_embedding.weight"]  # [dim, C, p, p], unfold's (C, kh, kw) order
         self.patch_width = -(-conv[0].numel() // TILE) * TILE
         patch_weight = torch.nn.functional.pad(conv.reshape(args.dim, -1), (0, self.patch_width - conv[0].numel()))
-        self.patch_weight = as_linear_weight(patch_weight, device, precision.attention_weights)
-        self.embeddings = [as_tensor(e[None], device) for e in self._embeddings(state, prefix)]
+        self.patch_weight = as_linear_weight(patch_weight, device, precision.attention_weights, shard_dim=-1)
+        self.embeddings = [as_tensor(e[None], device, shard_dim=-1) for e in self._embeddings(state, prefix)]
         self.post_tile = [as_tensor(e[None], device) for e in self._tile_embeddings(
             state, f"{prefix}post_tile_positional_embedding.")]
         self.pre_norm = LayerNorm(state[f"{prefix}layernorm_pre.weight"], state[f"{prefix}layernorm_pre.bias"],
@@ -213,7 +217,7 @@ class VisionEncoder:
         ttnn.deallocate(patches)
         x = ttnn.add(x, self.embeddings[aspect_ratio_id])
         x = ttnn.multiply(self.pre_norm.forward(x), self.real_rows)  # HF pads after layernorm_pre: with zeros
-        x = ttnn.reshape(x, (1, 1, tiles * padded, args.dim))
+        x = fracture(ttnn.reshape(x, (1, 1, tiles * padded, args.dim)), self.device)
         mask = self._mask(num_tiles)
         intermediates = []
         for i, layer in enumerate(self.layers):
@@ -226,10 +230,10 @@ class VisionEncoder:
         x = self.post_norm.forward(x)
         x = ttnn.reshape(x, (1, tiles, padded, args.dim))
         x = ttnn.add(x, self.post_tile[aspect_ratio_id])
-        x = ttnn.reshape(x, (1, 1, tiles * padded, args.dim))
+        x = fracture(ttnn.reshape(x, (1, 1, tiles * padded, args.dim)), self.device)
         for layer in self.global_layers:
             x = layer.forward(x, mask)
-        x = ttnn.concat([x, *intermediates], dim=-1)
+        x = ttnn.concat([gather(t, self.device) for t in (x, *intermediates)], dim=-1)
         x = ttnn.reshape(x, (1, tiles, padded, args.output_dim))
         x = ttnn.slice(x, (0, 0, 0, 0), (1, tiles, args.patches, args.output_dim))
         return ttnn.reshape(x, (1, 1, tiles * args.patches, args.output_dim))
