@@ -23,7 +23,8 @@ def run(device, checkpoint: str, data_parallel: int, optimizations: str = "perfo
     model = LlamaForCausalLM.initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
                                                    tt_data_parallel=data_parallel, optimizations=optimizations)
     args = model.models[0].args
-    kv = model.allocate_kv_cache((NUM_BLOCKS, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
+    kv = model.allocate_kv_cache((NUM_BLOCKS, model.models[0].kv_geometry[0], BLOCK, args.head_dim), torch.bfloat16,
+                                 args.n_layers)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False, can_sample_on_device=False)
     model.warmup_model_decode(kv_cache=kv, enable_trace=False, max_batch_size=MAX_BATCH, num_blocks=WIDTH,
                               can_sample_on_device=False)

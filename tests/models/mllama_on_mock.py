@@ -21,7 +21,8 @@ def run(device, data_parallel: int, profile: str) -> list[tuple[int, ...]]:
                                                            max_seq_len=WIDTH * BLOCK, tt_data_parallel=data_parallel,
                                                            optimizations=profile)
     args = model.models[0].text.args
-    kv = model.allocate_kv_cache((NUM_BLOCKS, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
+    kv = model.allocate_kv_cache((NUM_BLOCKS, model.models[0].kv_geometry[0], BLOCK, args.head_dim), torch.bfloat16,
+                                 args.n_layers)
     cross_blocks = -(-model.max_cross_attn_tokens // BLOCK)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False)
     model.warmup_model_decode(kv_cache=kv, enable_trace=False, max_batch_size=MAX_BATCH, num_blocks=WIDTH)

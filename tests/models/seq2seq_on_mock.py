@@ -22,7 +22,7 @@ def run(device, name: str, optimizations: str, data_parallel: int = 1) -> list[t
     model = CASES[name][2].from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
                                            tt_data_parallel=data_parallel, optimizations=optimizations)
     replica = model.models[0]
-    kv = model.allocate_kv_cache((24, hf.config.decoder_attention_heads, BLOCK, replica.args.head_dim),
+    kv = model.allocate_kv_cache((24, replica.kv_geometry[0], BLOCK, replica.args.head_dim),
                                  torch.bfloat16, replica.n_layers)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False)
     model.warmup_model_decode(kv_cache=kv, enable_trace=True, max_batch_size=MAX_BATCH, num_blocks=4)

@@ -66,13 +66,14 @@ class EncodeRequest:
 
 class EncodeEngine:
     """``allocation_timeout``: how long a request waits for a prefill-decode pool to make room (long: waiting is
-    backpressure, not failure); ``transfer_timeout``: how long for the injection notice once the states are sent."""
+    backpressure, not failure); ``transfer_timeout``: how long for the injection notice once the states are sent;
+    ``mesh_shape``: the mesh one encoder replica is tensor-parallel over."""
 
     decodes = False  # its outputs carry no tokens: code above the engine must not read them
 
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, broker: Broker, *, backend: str | None = None,
                  optimizations: str | None = None, allocation_timeout: float = 600.0,
-                 transfer_timeout: float = 30.0) -> None:
+                 transfer_timeout: float = 30.0, mesh_shape: tuple[int, int] | None = None) -> None:
         hf_config = checkpoint.config
         self.checkpoint = checkpoint
         self.tokenizer = checkpoint.tokenizer
@@ -83,7 +84,7 @@ class EncodeEngine:
         if not (hasattr(cls, "encode_forward") and hasattr(cls, "write_cross_kv")):
             raise ValueError(f"{cls.__name__} cannot run on an encode instance: it has no encode_forward / "
                              "write_cross_kv")
-        self.device = open_device(backend)
+        self.device = open_device(backend, mesh_shape=mesh_shape or (1, 1))  # the encoder tensor-parallel over it
         self.model = cls.from_state_dict(hf_config, checkpoint.state_dict, self.device, self.config.max_num_seqs,
                                          max_seq_len=self.config.max_model_len, optimizations=optimizations)
         self.broker = broker

@@ -23,6 +23,11 @@ class KVShape:
         """K and V of one block in every layer."""
         return 2 * self.num_layers * self.num_kv_heads * block_size * self.head_dim * _BYTES_PER_KV_ELEMENT
 
+    def per_chip(self, chips: int) -> "KVShape":
+        """One chip's share on a tensor-parallel replica of ``chips`` chips, as TT vLLM computes it:
+        ``kv_heads // min(chips, kv_heads)`` heads (KV heads replicated when there are fewer than chips)."""
+        return KVShape(self.num_layers, self.num_kv_heads // min(chips, self.num_kv_heads), self.head_dim)
+
 
 def is_image_text(hf_config: PretrainedConfig) -> bool:
     """A vision encoder feeding a text decoder's cross-attention (Llama 3.2 Vision)."""

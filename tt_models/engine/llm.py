@@ -27,8 +27,9 @@ class LLM:
     ``backend`` picks where TT-NN runs (``"ttnn"``, ``"mock"``, ``"host"``; default: a TT card if present,
     else the host backend); ``optimizations`` is the weight profile (``"accuracy"`` / ``"performance"``).
     ``data_parallel_size`` replicas of the model run on as many submeshes of the device (``mesh_shape``, default
-    ``(1, data_parallel_size)``: on the host backend, a mesh of host devices). The other arguments are
-    :class:`EngineConfig`'s.
+    ``(1, data_parallel_size)``: on the host backend, a mesh of host devices), each tensor-parallel over its chips:
+    ``mesh_shape=(1, 8)`` is one replica over a T3K's 8 chips, with ``data_parallel_size=2`` two over 4 each. The
+    other arguments are :class:`EngineConfig`'s.
     """
 
     def __init__(self, model: str, *, max_num_seqs: int = 32, max_model_len: int | None = None,

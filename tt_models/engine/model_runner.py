@@ -60,8 +60,8 @@ class ModelRunner:
                  mesh_shape: tuple[int, int] | None = None) -> None:
         """``generator``: an already built object with the contract's methods (on its own device), used instead
         of building the checkpoint's class (tests and benchmarks of the engine alone pass one that does no work).
-        ``mesh_shape``: the device (or host) mesh, split into ``data_parallel_size`` submeshes; default
-        ``(1, data_parallel_size)``."""
+        ``mesh_shape``: the device (or host) mesh, split into ``data_parallel_size`` submeshes, each one
+        tensor-parallel replica; default ``(1, data_parallel_size)``."""
         hf_config = checkpoint.config
         self.config = config
         self.vocab_size: int = decoder_config(hf_config).vocab_size
@@ -75,7 +75,8 @@ class ModelRunner:
                 hf_config, checkpoint.state_dict, self.device, config.max_num_seqs, max_seq_len=config.max_model_len,
                 optimizations=optimizations, tt_data_parallel=replicas)
         self.model = generator
-        shape = kv_shape(hf_config)
+        devices = getattr(generator, "devices", None)  # a stand-in generator may have none: one chip
+        shape = kv_shape(hf_config).per_chip(devices[0].get_num_devices() if devices else 1)
         self.kv_cache = self.model.allocate_kv_cache(
             (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
             shape.num_layers)

@@ -39,8 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=int, help="decoder context (default: the model's)")
     serve.add_argument("--num-kv-blocks", type=int, help="KV pool size in blocks (default: sized from 2 GiB)")
     serve.add_argument("--max-num-batched-tokens", type=int, help="prefill tokens per step")
+    serve.add_argument("--mesh-shape", type=_mesh_shape, metavar="RxC",
+                       help="the device mesh, e.g. 1x8 for a T3K (default: 1x<data-parallel-size>); each replica is "
+                            "tensor-parallel over its submesh")
     serve.add_argument("--data-parallel-size", type=int, default=1,
-                       help="model replicas, one per submesh of the device (or of a host mesh); --max-num-seqs is "
+                       help="model replicas, one per submesh of the mesh (or of a host mesh); --max-num-seqs is "
                             "shared among them and --num-kv-blocks is per replica")
     serve.add_argument("--async-decode", action="store_true",
                        help="issue each decode step before detokenizing the previous one (hides host work behind the "
@@ -81,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mesh_shape(text: str) -> tuple[int, int]:
+    rows, sep, cols = text.lower().partition("x")
+    if not (sep and rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a mesh shape such as 1x8")
+    return int(rows), int(cols)
+
+
 def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     names = args.served_model_name or args.model
     if len(names) != len(args.model):
@@ -98,7 +108,7 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
     try:
         for name, model in zip(names, args.model):
             logger.info("loading %s as %r (%s)", model, name, role)
-            kwargs = dict(backend=args.backend, optimizations=args.optimizations)
+            kwargs = dict(backend=args.backend, optimizations=args.optimizations, mesh_shape=args.mesh_shape)
             if role == "encode":
                 broker = Broker(args.broker, args.instance_name, name)
                 engines[name] = EncodeEngine.from_model(model, config, broker, transfer_timeout=args.transfer_timeout,

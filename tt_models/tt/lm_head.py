@@ -85,4 +85,4 @@ def gather_logits(logits: Any, device: Any, vocab_size: int) -> Any:
         return logits
     whole = gather(logits, device)
     ttnn.deallocate(logits)
-    return ttnn.slice(whole, (0, 0, 0, 0), (*whole.shape[:-1], vocab_size))
+    return ttnn.slice(whole, (0, 0, 0, 0), (*tuple(whole.shape)[:-1], vocab_size))
