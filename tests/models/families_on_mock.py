@@ -14,8 +14,8 @@ SEQ2SEQ = ("whisper-multilingual", "bart")
 if __name__ == "__main__":
     board, checkpoint = sys.argv[1], sys.argv[2]
     device = open_device("mock", board=board)
-    print("ok llama", llama_on_mock.run(device, checkpoint, 1))
+    print("ok llama", llama_on_mock.run(device, checkpoint, 1, "performance"))
     for name in SEQ2SEQ:
-        print("ok", name, seq2seq_on_mock.run(device, name, "performance"))
-    print("ok mllama", mllama_on_mock.run(device, 1, "performance"))
+        print("ok", name, seq2seq_on_mock.run(device, name, 1, "performance"))
+    print("ok mllama", mllama_on_mock.run(device, "tiny", 1, "performance"))
     close_device(device)

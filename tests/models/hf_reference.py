@@ -19,11 +19,18 @@ TINY_CONFIGS = {
                                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
     "mistral-window": lambda: MistralConfig(**COMMON, num_key_value_heads=2, sliding_window=32),
 }
+# Wide enough to split over a T3K's 8 chips (hidden 256 and ffn 512: whole tiles on each chip; 8 heads) with fewer KV
+# heads than chips (replicated on 4 chips each, or 2 of a 1x4 submesh).
+TP_CONFIGS = {
+    "qwen2-bias-tp": lambda: Qwen2Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                         num_attention_heads=8, num_key_value_heads=2, head_dim=32, vocab_size=320,
+                                         max_position_embeddings=512),
+}
 
 
 def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    config = TINY_CONFIGS[name]()
+    config = (TINY_CONFIGS | TP_CONFIGS)[name]()
     config.attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # HF initializes biases to zero: make them count

@@ -1,23 +1,22 @@
 """Run a Llama-family generator's prefill and decode paths on the mock device (real ttnn validation).
 
-``python -m tests.models.llama_on_mock CHECKPOINT_DIR BOARD TT_DATA_PARALLEL [OPTIMIZATIONS]`` (one board per
-process: the mock cluster is a process singleton). Prints one ``ok`` line with the output shapes.
+``python -m tests.models.llama_on_mock BOARD CHECKPOINT_DIR:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (one board per
+process, see :mod:`tests.models.board_runs`). Prints one ``ok`` line per case with its output shapes.
 """
 
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 from transformers import AutoConfig
 
+from tests.models import board_runs
 from tt_models.models.llama.generator import LlamaForCausalLM
-from tt_models.runtime import close_device, open_device
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 16, 4
 
 
-def run(device, checkpoint: str, data_parallel: int, optimizations: str = "performance") -> list[tuple[int, ...]]:
+def run(device, checkpoint: str, data_parallel: int, optimizations: str) -> list[tuple[int, ...]]:
     """Warm up, prefill two rows (one from a cached prefix) and decode a padded batch; the output shapes."""
     config = AutoConfig.from_pretrained(checkpoint)
     model = LlamaForCausalLM.initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
@@ -60,8 +59,4 @@ def run(device, checkpoint: str, data_parallel: int, optimizations: str = "perfo
 
 
 if __name__ == "__main__":
-    checkpoint, board, data_parallel = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    device = open_device("mock", board=board)
-    shapes = run(device, checkpoint, data_parallel, *sys.argv[4:5])
-    close_device(device)
-    print("ok", shapes)
+    board_runs.main(run)

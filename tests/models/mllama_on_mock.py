@@ -1,22 +1,21 @@
 """Run Llama 3.2 Vision's vision encoder, prefill and decode on the mock device (real ttnn validation).
 
-``python -m tests.models.mllama_on_mock BOARD TT_DATA_PARALLEL`` (one board per process: the mock cluster is a
-process singleton). Prints one ``ok`` line with the output shapes.
+``python -m tests.models.mllama_on_mock BOARD CONFIG:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (CONFIG: a name of
+:data:`~tests.models.mllama_reference.CONFIGS`; one board per process, see :mod:`tests.models.board_runs`). Prints one
+``ok`` line per case with its output shapes.
 """
-
-import sys
 
 import torch
 
+from tests.models import board_runs
 from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
-from tt_models.runtime import close_device, open_device
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 24, 2
 
 
-def run(device, data_parallel: int, profile: str) -> list[tuple[int, ...]]:
-    hf = tiny_mllama()
+def run(device, config: str, data_parallel: int, profile: str) -> list[tuple[int, ...]]:
+    hf = tiny_mllama(name=config)
     model = MllamaForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
                                                            max_seq_len=WIDTH * BLOCK, tt_data_parallel=data_parallel,
                                                            optimizations=profile)
@@ -43,8 +42,4 @@ def run(device, data_parallel: int, profile: str) -> list[tuple[int, ...]]:
 
 
 if __name__ == "__main__":
-    board, data_parallel, profile = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    device = open_device("mock", board=board)
-    shapes = run(device, data_parallel, profile)
-    close_device(device)
-    print("ok", shapes)
+    board_runs.main(run)

@@ -15,22 +15,30 @@ VISION = dict(hidden_size=64, attention_heads=2, intermediate_size=128, num_hidd
 TEXT = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256, num_hidden_layers=4,
             cross_attention_layers=[1, 3], vocab_size=320, max_position_embeddings=512, rms_norm_eps=1e-5,
             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+# name -> (vision, text) sizes. "tp": wide enough to split over a T3K's 8 chips (hidden 256 and ffn 512 in both
+# towers: whole tiles on each chip; 8 heads), with 2 KV heads, fewer than the chips.
+CONFIGS = {
+    "tiny": (VISION, TEXT),
+    "tp": (dict(VISION, hidden_size=256, attention_heads=8, intermediate_size=512, vision_output_dim=256 * 3),
+           dict(TEXT, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512)),
+}
 
 
-def tiny_mllama(seed: int = 0) -> MllamaForConditionalGeneration:
+def tiny_mllama(seed: int = 0, name: str = "tiny") -> MllamaForConditionalGeneration:
     """Random weights with every gate non-zero (HF initializes the text gates to zero, which hides them)."""
     torch.manual_seed(seed)
-    config = MllamaConfig(vision_config=VISION, text_config=TEXT, image_token_index=IMAGE_TOKEN,
+    vision, text = CONFIGS[name]
+    config = MllamaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN,
                           architectures=["MllamaForConditionalGeneration"])
     config._attn_implementation = "eager"
     model = MllamaForConditionalGeneration(config).eval()
     with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "gate" in name:
+        for param_name, param in model.named_parameters():
+            if "gate" in param_name:
                 param.uniform_(0.3, 1.2)
-            elif name.endswith("bias"):
+            elif param_name.endswith("bias"):
                 param.normal_(0, 0.3)
-            elif "embedding" in name and "patch" not in name:
+            elif "embedding" in param_name and "patch" not in param_name:
                 param.normal_(0, 0.5)
     return model
 

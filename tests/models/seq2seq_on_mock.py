@@ -1,26 +1,23 @@
 """Run an encoder-decoder generator's encoder, prefill and decode paths on the mock device (real ttnn validation).
 
-``python -m tests.models.seq2seq_on_mock BOARD TT_DATA_PARALLEL OPTIMIZATIONS NAME...`` (one board and one
-data-parallel setting per process: the mock cluster is a process singleton, and a mesh split into submeshes cannot
-close after running itself). Prints one ``ok`` line per model with its output shapes.
+``python -m tests.models.seq2seq_on_mock BOARD NAME:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (one board per process, see
+:mod:`tests.models.board_runs`). Prints one ``ok`` line per case with its output shapes.
 """
-
-import sys
 
 import torch
 
-from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
-from tt_models.runtime import close_device, open_device
+from tests.models import board_runs
+from tests.models.seq2seq_reference import ALL_CASES, encoder_input, tiny_seq2seq
 
 MAX_BATCH, BLOCK = 4, 32
 
 
-def run(device, name: str, optimizations: str, data_parallel: int = 1) -> list[tuple[int, ...]]:
+def run(device, name: str, data_parallel: int, optimizations: str) -> list[tuple[int, ...]]:
     """Warm up, encode, prefill two rows (one from a cached prefix) and decode a padded batch (traced, which the
     generator runs eagerly on the mock device); the output shapes."""
     hf = tiny_seq2seq(name)
-    model = CASES[name][2].from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
-                                           tt_data_parallel=data_parallel, optimizations=optimizations)
+    model = ALL_CASES[name][2].from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
+                                               tt_data_parallel=data_parallel, optimizations=optimizations)
     replica = model.models[0]
     kv = model.allocate_kv_cache((24, replica.kv_geometry[0], BLOCK, replica.args.head_dim),
                                  torch.bfloat16, replica.n_layers)
@@ -42,14 +39,10 @@ def run(device, name: str, optimizations: str, data_parallel: int = 1) -> list[t
 
 
 def expected(name: str) -> list[tuple[int, ...]]:
-    config = CASES[name][0]()
+    config = ALL_CASES[name][0]()
     encoder_len = config.max_source_positions if config.model_type == "whisper" else 50
     return [(encoder_len, config.d_model), (2, 1, config.vocab_size), (MAX_BATCH, 1, config.vocab_size)]
 
 
 if __name__ == "__main__":
-    board, data_parallel, optimizations, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    device = open_device("mock", board=board)
-    for name in names:
-        print("ok", name, run(device, name, optimizations, data_parallel))
-    close_device(device)
+    board_runs.main(run)

@@ -25,11 +25,21 @@ CASES = {
     "mbart": (lambda: MBartConfig(**SIZES, vocab_size=320, max_position_embeddings=128, scale_embedding=True),
               MBartForConditionalGeneration, TTMBart),
 }
+# Wide enough to split over a T3K's 8 chips: d_model 256 and ffn 512 (whole tiles on each chip), 8 heads.
+TP_SIZES = dict(SIZES, d_model=256, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=512,
+                decoder_ffn_dim=512)
+TP_CASES = {
+    "whisper-multilingual-tp": (lambda: WhisperConfig(**TP_SIZES, **WHISPER, vocab_size=51865),
+                                WhisperForConditionalGeneration, TTWhisper),
+    "bart-tp": (lambda: BartConfig(**TP_SIZES, vocab_size=320, max_position_embeddings=128),
+                BartForConditionalGeneration, TTBart),
+}
+ALL_CASES = CASES | TP_CASES
 
 
 def tiny_seq2seq(name: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    make_config, hf_class, _ = CASES[name]
+    make_config, hf_class, _ = ALL_CASES[name]
     config = make_config()
     config.attn_implementation = "eager"
     model = hf_class(config).eval()

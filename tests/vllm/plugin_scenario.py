@@ -85,9 +85,12 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
         report["decodes"] = {**counts, "execute_trace": generator.traces.executions - executions,
                              "captured_at_warmup": captured,
                              "captured_while_serving": len(generator.traces.captures) - captured}
-        device = executor.driver_worker.worker.mesh_device
+        worker = executor.driver_worker.worker
+        device = worker.mesh_device
         report["device"] = {"type": f"{type(device).__module__}.{type(device).__name__}",
                             "shape": list(device.shape)}
+        report["kv_cache_shape"] = list(worker.model_runner.kv_caches[0][0][0].shape)  # one chip's, layer 0's K
+        report["chips_per_replica"] = [d.get_num_devices() for d in generator.devices]
         report["replaced"] = replaced_in_worker()
         report["mesh_shapes"] = mesh_shapes(list(mesh_devices))
     return report

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 from tests.models.hf_reference import tiny_model
 from tests.vllm.plugin_scenario import MARKER
@@ -130,9 +131,29 @@ def check_run(report: dict[str, Any], stdout: str, stderr: str, reference: list[
 def test_engine_core_process_opens_a_host_device(model_dir: Path, reference: list[list[int]], vllm_cache: Path,
                                                  tmp_path: Path, mesh_device: str, mesh: str) -> None:
     """vLLM's default: the engine core (the plugin's worker) in a process of its own, where tt-models' general
-    plugin patches the worker module when it is imported. On N300 the model is replicated on both chips while
-    the plugin asks for a KV cache of ``kv_heads / 2`` heads (its tensor-parallel shape)."""
+    plugin patches the worker module when it is imported. On N300 the model is tensor-parallel over both chips,
+    each holding ``kv_heads / 2`` KV heads (the shape the plugin passes); its tokens equal one chip's here."""
     check_run(*serve(model_dir, tmp_path, vllm_cache, {"MESH_DEVICE": mesh_device}), reference, mesh=mesh)
+
+
+def test_t3k_serves_one_tensor_parallel_replica_over_8_chips(vllm_cache: Path, tmp_path: Path) -> None:
+    """``MESH_DEVICE=T3K``: the plugin's worker opens a 1x8 host mesh and our class runs one replica
+    tensor-parallel over its 8 chips, allocating the KV shape the plugin passes (``kv_heads // 8`` heads per chip);
+    greedy tokens equal ``tt_models.LLM(mesh_shape=(1, 8))``'s. A Llama wide enough to split: hidden 256, 8 heads,
+    8 KV heads."""
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                         num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=512)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "tp-llama")
+    path = tmp_path / "tp-llama"
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models", "MESH_DEVICE": "T3K"}
+    references: list[list[int]] = []
+    report, stdout, stderr = serve(path, tmp_path, vllm_cache, env,
+                                   meanwhile=lambda: references.extend(_reference(path, PROMPTS, SIZES["max_tokens"],
+                                                                                  mesh_shape=(1, 8))))
+    check_run(report, stdout, stderr, references, mesh="1x8")
+    assert report["chips_per_replica"] == [8]
+    assert report["kv_cache_shape"][1] == config.num_key_value_heads // 8
 
 
 def test_in_process_engine(model_dir: Path, reference: list[list[int]], vllm_cache: Path, tmp_path: Path) -> None:
@@ -154,9 +175,10 @@ DEVICE_PATH = {"tt": {"trace_mode": "all", "sample_on_device_mode": "all"}}
 SMOLLM2_RUN = dict(prompts=PROMPTS[:1], max_tokens=4)
 
 
-def _reference(path: Path, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+def _reference(path: Path, prompts: list[list[int]], max_tokens: int,
+               mesh_shape: tuple[int, int] | None = None) -> list[list[int]]:
     llm = LLM(str(path), backend="host", optimizations=None, max_num_seqs=SIZES["max_num_seqs"],
-              block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"])
+              block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"], mesh_shape=mesh_shape)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
 
