@@ -13,6 +13,13 @@ Then the DRAM bytes a decode step reads (every weight at its stored dtype, and t
 at its default precision and for Llama 3.1 8B's dims at the performance profile, beside TT's published figures
 for Llama 3.1 8B at batch 32 (tt-metal demos, sequence length 128).
 
+Tensor parallelism: the collectives of one decode step of a tiny Llama split over a 1x8 host mesh, counted per layer
+(calls, and bytes each chip receives over ethernet: ``(N - 1) / N`` of a gathered or reduced ``[32, dim]``), checked
+against the formula, then the bound of a Llama 3.1 70B decode step on a T3K: per chip, its DRAM bytes
+(1/8 of the weights, one KV head) at 288 GB/s plus its collective bytes over one ethernet link per direction of a
+ring (100 Gb/s each way per Wormhole ethernet core: Tenstorrent's "Wormhole Series Part 1: Physicalities"; TT's
+1xN decoders use ``num_links=1`` on T3K), beside TT's published 15.9 t/s/u at batch 32. Hop latency is not modelled.
+
     .venv/bin/python bench/decode_path.py [--steps 5] [--threads 1] [--context 128]
 """
 
@@ -29,6 +36,7 @@ from typing import Any, Callable
 
 import torch
 from transformers import LlamaConfig
+from transformers import LlamaForCausalLM as LlamaForCausalLMReference
 
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.generator import LlamaForCausalLM
@@ -40,6 +48,9 @@ BATCH, BLOCK, WIDTH = 32, 64, 16
 BYTES = {"bfloat16": 2.0, "bfloat8_b": 1.0625, "bfloat4_b": 0.5625, "float32": 4.0, "int32": 4.0, "uint32": 4.0,
          "uint16": 2.0, "uint8": 1.0}  # per element as stored on a device (block floats: 16 values share an exponent)
 BOARDS = {"n150": 288e9, "n300": 576e9, "p150": 512e9}  # DRAM bytes/s (docs.tenstorrent.com)
+ETHERNET_LINK = 100e9 / 8  # bytes/s each way of one Wormhole ethernet core
+PUBLISHED_70B_T3K = 15.9  # Llama 3.1 70B, TP=8 on T3K, batch 32, t/s/u (tt-metal models/README.md, Nov 2025)
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 PUBLISHED_8B = {"n150": 26.0, "p150": 33.1}  # Llama 3.1 8B, batch 32, t/s/u (tt-metal models/README.md, Oct 2025)
 
 
@@ -79,16 +90,25 @@ def counting(api: ModuleType) -> Iterator[dict[str, float]]:
             setattr(namespace, name, fn)
 
 
-def decode_bytes(config: Any, precision: Precision, context: int) -> float:
-    """DRAM bytes one decode step of ``BATCH`` users reads: every decoder weight and the LM head at their stored
-    dtypes, and each user's K and V at ``context`` tokens."""
+def decode_bytes(config: Any, precision: Precision, context: int, chips: int = 1) -> float:
+    """DRAM bytes one decode step of ``BATCH`` users reads on each of ``chips`` tensor-parallel chips: its share of
+    every decoder weight and of the LM head at their stored dtypes, and each user's K and V at ``context`` tokens
+    of its KV heads (``kv_heads // min(chips, kv_heads)``)."""
     dim, hidden, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     head_dim = getattr(config, "head_dim", None) or dim // config.num_attention_heads
     kv_width = config.num_key_value_heads * head_dim
-    attention = _bytes(precision.attention_weights, dim * (2 * dim + 2 * kv_width))
-    mlp = _bytes(precision.mlp_weights, 3 * dim * hidden)
-    kv = _bytes(precision.kv_cache, BATCH * context * 2 * kv_width)
-    return layers * (attention + mlp + kv) + _bytes(precision.lm_head_weights, config.vocab_size * dim)
+    attention = _bytes(precision.attention_weights, dim * (2 * dim + 2 * kv_width)) / chips
+    mlp = _bytes(precision.mlp_weights, 3 * dim * hidden) / chips
+    kv_heads = config.num_key_value_heads // min(chips, config.num_key_value_heads)
+    kv = _bytes(precision.kv_cache, BATCH * context * 2 * kv_heads * head_dim)
+    return layers * (attention + mlp + kv) + _bytes(precision.lm_head_weights, config.vocab_size * dim) / chips
+
+
+def collective_bytes_per_step(dim: int, layers: int, chips: int) -> float:
+    """Bytes each chip receives in one decode step: per layer two all-gathers (before the norms) and two
+    reduce-scatters (after the attention output and MLP down projections), then the final norm's all-gather, each of
+    a ``[32, dim]`` bfloat16 activation."""
+    return (4 * layers + 1) * (chips - 1) / chips * BATCH * dim * 2
 
 
 def bandwidth_table(models: dict[str, tuple[Any, Precision]], context: int) -> None:
@@ -100,6 +120,76 @@ def bandwidth_table(models: dict[str, tuple[Any, Precision]], context: int) -> N
         bounds = " ".join(f"{bw / step:7.1f}" for bw in BOARDS.values())
         published = ", ".join(f"{b} {v}" for b, v in PUBLISHED_8B.items()) if "8B" in name else "-"
         print(f"  {name:44s} {step / 1e9:8.3f} {bounds}   {published}")
+
+
+@contextmanager
+def counting_collectives(api: ModuleType) -> Iterator[dict[str, float]]:
+    """Counts the collective calls and the bytes each chip receives in them."""
+    counts = {"calls": 0, "bytes": 0.0}
+
+    def counted(fn: Callable) -> Callable:
+        def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+            out = fn(x, *args, **kwargs)
+            chips = x.device().get_num_devices()
+            whole = max(math.prod(x.shape), math.prod(out.shape))  # gathered output, or reduced input
+            counts["calls"] += 1
+            counts["bytes"] += (chips - 1) / chips * _bytes(x.dtype, whole)
+            return out
+        return call
+
+    originals = {name: getattr(api, name) for name in COLLECTIVES}
+    for name, fn in originals.items():
+        setattr(api, name, counted(fn))
+    try:
+        yield counts
+    finally:
+        for name, fn in originals.items():
+            setattr(api, name, fn)
+
+
+def tensor_parallel_table(context: int) -> None:
+    """Collectives of a decode step measured on a 1x8 host mesh, and the 70B-on-T3K bound."""
+    chips = 8
+    tiny = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                       num_key_value_heads=8, head_dim=32, vocab_size=512)
+    device = open_device("host", mesh_shape=(1, chips))
+    model = LlamaForCausalLM.from_state_dict(tiny, LlamaForCausalLMReference(tiny).state_dict(), device, BATCH,
+                                             max_seq_len=WIDTH * BLOCK)
+    replica = model.models[0]
+    heads, head_dim = replica.kv_geometry
+    kv = model.allocate_kv_cache((BATCH * WIDTH, heads, BLOCK, head_dim), None, replica.n_layers)
+    step = dict(tokens=torch.randint(0, 500, (BATCH, 1), dtype=torch.int32),
+                start_pos=torch.full((BATCH,), 100, dtype=torch.int32),
+                page_table=torch.arange(BATCH * WIDTH, dtype=torch.int32).reshape(BATCH, WIDTH), kv_cache=kv)
+    results = {}
+    for name, extra in {"logits to host": {}, "greedy on device": {"sampling_params": SimpleNamespace(
+            temperature=[0.0] * BATCH, top_k=[1] * BATCH, top_p=[0.0] * BATCH)}}.items():
+        with counting_collectives(api_for(device)) as counts:
+            model.decode_forward(**step, **extra)
+        results[name] = counts
+    close_device(device)
+    measured = results["logits to host"]["bytes"]
+    expected = collective_bytes_per_step(tiny.hidden_size, tiny.num_hidden_layers, chips)
+    print(f"\nTensor parallelism: one decode step of a {tiny.num_hidden_layers}-layer Llama (hidden "
+          f"{tiny.hidden_size}) on a 1x{chips} host mesh, batch {BATCH}:")
+    for name, counts in results.items():
+        print(f"  {name:18s} {counts['calls']:3d} collectives ({counts['calls'] / tiny.num_hidden_layers:.1f} per "
+              f"layer), {counts['bytes'] / 1e3:7.1f} kB received per chip")
+    print(f"  formula: per layer 2 all-gathers + 2 reduce-scatters of [32, dim] bf16, and the final norm's all-gather "
+          f"= {expected / 1e3:.1f} kB per chip; device sampling adds one all-gather of the [32, vocab] float32 logits")
+    assert results["logits to host"]["calls"] == 4 * tiny.num_hidden_layers + 1 and abs(measured - expected) < 1
+    llama_70b = LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                            num_key_value_heads=8, vocab_size=128256)
+    print(f"\nLlama 3.1 70B dims on a T3K (TP={chips}), batch {BATCH}, context {context}, per chip per decode step:")
+    print(f"  {'profile':12s} {'DRAM GB':>8s} {'DRAM ms':>8s} {'CCL MB':>7s} {'CCL ms':>7s} {'bound t/s/u':>12s}"
+          f"   published (TT)")
+    ccl = collective_bytes_per_step(llama_70b.hidden_size, llama_70b.num_hidden_layers, chips)
+    ccl_seconds = ccl / (2 * ETHERNET_LINK)  # a ring: half the bytes arrive from each side, one link each
+    for profile in ("performance", "accuracy"):
+        dram = decode_bytes(llama_70b, Precision.for_profile(profile), context, chips)
+        seconds = dram / BOARDS["n150"] + ccl_seconds
+        print(f"  {profile:12s} {dram / 1e9:8.2f} {dram / BOARDS['n150'] * 1e3:8.1f} {ccl / 1e6:7.1f} "
+              f"{ccl_seconds * 1e3:7.1f} {1 / seconds:12.1f}   {PUBLISHED_70B_T3K}")
 
 
 def timed(fn: Callable[[], Any], steps: int) -> float:
@@ -164,6 +254,7 @@ def main() -> None:
                      "Llama 3.1 8B dims (performance profile)": (llama_8b, Precision.for_profile("performance")),
                      "Llama 3.1 8B dims (accuracy profile)": (llama_8b, Precision.for_profile("accuracy"))},
                     args.context)
+    tensor_parallel_table(args.context)
 
 
 if __name__ == "__main__":
