@@ -264,8 +264,7 @@ TP_MESHES = {"llama": ((1, 4), (1, 8)), "bart": ((1, 4), (1, 8)), "whisper": ((1
 def test_tensor_parallel_replicas_equal_one_chip(case, solo, data_parallel):
     """A mixed workload on tensor-parallel replicas: chunked prefill under a small budget in a pool small enough to
     preempt (by recompute, and by swap for the n = 2 request), one more request aborted mid-run; the one-chip
-    greedy tokens (near-ties aside; a sampled draw may flip where the split sums round differently), and every block
-    free after."""
+    tokens (near-ties aside), and every block free after."""
     mesh = TP_MESHES[case.checkpoint.config.model_type][data_parallel - 1]
     engine = _engine(case, mesh_shape=mesh, data_parallel_size=data_parallel, max_num_batched_tokens=48,
                      num_kv_blocks=case.small_pool)
@@ -280,7 +279,10 @@ def test_tensor_parallel_replicas_equal_one_chip(case, solo, data_parallel):
     print(f"\n{mesh} with {data_parallel} replicas: {preemptions} preemptions")
     assert preemptions > 0
     assert outputs.keys() == solo.keys()
-    _compare_with_solo(f"{chips}-chip replicas", outputs, solo, same_draws=False)
+    # The tiny Mllama's logits meet near-ties even in greedy runs (margins 0.0004 and 0.015): a seeded draw of its
+    # sampled request may flip where the split sums round differently. The other models' sampled tokens are equal.
+    same_draws = case.checkpoint.config.model_type != "mllama"
+    _compare_with_solo(f"{chips}-chip replicas", outputs, solo, same_draws=same_draws)
 
 
 def test_greedy_agrees_with_hf_generate(case, solo):

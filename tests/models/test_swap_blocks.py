@@ -10,6 +10,8 @@ import torch
 
 from tests.models.hf_reference import tiny_model
 from tt_models.models.llama.generator import LlamaForCausalLM
+from tt_models.runtime import close_device, open_device
+from tt_models.runtime import host as ttnn
 
 NUM_BLOCKS, BLOCK = 8, 32
 
@@ -19,7 +21,8 @@ def _generator(device, optimizations):
     model = LlamaForCausalLM.from_state_dict(hf.config, hf.state_dict(), device, 4, max_seq_len=128,
                                              optimizations=optimizations)
     args = model.models[0].args
-    kv = model.allocate_kv_cache((NUM_BLOCKS, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
+    kv = model.allocate_kv_cache((NUM_BLOCKS, model.models[0].kv_geometry[0], BLOCK, args.head_dim), torch.bfloat16,
+                                 args.n_layers)
     return model, kv, args
 
 
@@ -35,6 +38,22 @@ def test_blocks_round_trip_on_host(host_device, optimizations):
     model.write_kv_blocks(kv, [0, 2, 3], [stored])
     assert torch.equal(model.read_kv_blocks(kv, [0, 2, 3])[0], stored)
     assert not model.read_kv_blocks(kv, [4, 7])[0].any(), "blocks not written stay zero"
+
+
+def test_blocks_round_trip_on_a_tensor_parallel_mesh():
+    """On a 1x2 mesh each chip holds one of the two KV heads: a block read holds both chips' heads (chip order) and
+    writing it back gives each chip its own."""
+    mesh = open_device("host", mesh_shape=(1, 2))
+    try:
+        model, kv, args = _generator(mesh, "accuracy")
+        values = torch.randn(args.n_layers, 2, 2, args.n_kv_heads, BLOCK, args.head_dim).bfloat16().float()
+        model.write_kv_blocks(kv, [3, 6], [values])
+        (stored,) = model.read_kv_blocks(kv, [3, 6])
+        assert torch.equal(stored, values)
+        chip1 = ttnn.get_device_tensors(kv[0][0][0])[1].to_torch().float()  # layer 0's K on the second chip
+        assert torch.equal(chip1[3, 0], values[0, 0, 0, 1])
+    finally:
+        close_device(mesh)
 
 
 @pytest.mark.mock

@@ -122,8 +122,9 @@ class Generator(VllmModelInterface):
     def read_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int],
                        replicas: Sequence[int] | None = None) -> list[torch.Tensor]:
         """The K/V of ``block_ids`` in every layer, per replica (of ``replicas``, default all: with data
-        parallelism each replica's blocks are its own): ``[layers, 2, len(block_ids), n_kv_heads, block_size,
-        head_dim]`` float32 host tensors (values as the cache dtype holds them)."""
+        parallelism each replica's blocks are its own): ``[layers, 2, len(block_ids), chips * n_kv_heads,
+        block_size, head_dim]`` float32 host tensors, each chip's heads in chip order (values as the cache dtype
+        holds them)."""
         out = []
         for replica in range(len(self.devices)) if replicas is None else replicas:
             cache, device = kv_cache[replica], self.devices[replica]
@@ -134,19 +135,22 @@ class Generator(VllmModelInterface):
 
     def write_kv_blocks(self, kv_cache: Any, block_ids: Sequence[int], data: list[torch.Tensor],
                         replicas: Sequence[int] | None = None) -> None:
-        """Write what :meth:`read_kv_blocks` returned into ``block_ids`` (``fill_cache`` of whole blocks)."""
+        """Write what :meth:`read_kv_blocks` returned into ``block_ids`` (``fill_cache`` of whole blocks, each chip
+        its own heads)."""
         for replica, values in zip(range(len(self.devices)) if replicas is None else replicas, data):
             cache, device = kv_cache[replica], self.devices[replica]
             with use(device):
                 for layer, layer_values in zip(cache, values):
                     for t, blocks in zip(layer, layer_values):
                         for b, block in zip(block_ids, blocks):
-                            ttnn.fill_cache(t, as_tensor(block[None], device, dtype=t.dtype), batch_idx=int(b))
+                            ttnn.fill_cache(t, as_tensor(block[None], device, dtype=t.dtype, shard_dim=1),
+                                            batch_idx=int(b))
 
     @staticmethod
     def _read_block(t: Any, block: int, device: Any) -> torch.Tensor:
         _, heads, block_size, head_dim = t.shape
-        return to_host(ttnn.slice(t, [block, 0, 0, 0], [block + 1, heads, block_size, head_dim]), device).float()
+        return to_host(ttnn.slice(t, [block, 0, 0, 0], [block + 1, heads, block_size, head_dim]), device,
+                       concat_dim=1).float()
 
     def prefill_rows(self, tokens: Any, prompt_lens: Any, start_pos: Any,
                      empty_slots: Any) -> tuple[torch.Tensor, list[tuple[int, int, int]]]:
