@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from transformers import PretrainedConfig
 
 from tt_models.models.mllama.vision import VisionArgs
 
-_DEFAULT_KV_CACHE_GIB = 1.0  # default pool size when num_kv_blocks is not given
+HOST_KV_CACHE_BYTES = 2**30  # the default pool's cap on the host backend, whose KV lives in host memory
 _BYTES_PER_KV_ELEMENT = 2  # bfloat16 on the device: the pool is sized as the device holds it
 
 
@@ -84,7 +84,9 @@ class EngineConfig:
     sequence, swap one with several (falling back to recomputation when host blocks run out).
 
     ``data_parallel_size`` replicas of the model (one per submesh) share ``max_num_seqs`` batch slots equally; the
-    KV sizes (``num_kv_blocks``, ``num_host_kv_blocks``) are per replica: each has its own pools.
+    KV sizes (``num_kv_blocks``, ``num_host_kv_blocks``) are per replica: each has its own pools. Without
+    ``num_kv_blocks`` the pool holds every slot's request at full length, or as many blocks as fit in a chip's
+    memory after its weights (:meth:`with_kv_pool`, once the model is built).
     ``async_decode``: issue each decode step before detokenizing the previous one's tokens (see
     ``LLMEngine.step``): the same outputs, the host's per-token work hidden behind the device's.
     ``sample_on_device``: decode steps whose sequences are all plain greedy sample on the device (the model's
@@ -121,13 +123,8 @@ class EngineConfig:
             raise ValueError(f"block_size {self.block_size} must be a positive multiple of 32 (one tile)")
         if self.preemption_mode not in (None, "recompute", "swap"):
             raise ValueError(f"preemption_mode must be 'recompute', 'swap' or None, got {self.preemption_mode!r}")
-        blocks = lambda tokens: -(-tokens // self.block_size)  # noqa: E731
-        one_request = blocks(max_model_len) + blocks(max_encoder_len)
-        num_kv_blocks = self.num_kv_blocks
-        if num_kv_blocks is None:
-            budget = int(_DEFAULT_KV_CACHE_GIB * 2**30) // kv_shape(hf_config).block_bytes(self.block_size)
-            num_kv_blocks = max(one_request, min(self.max_num_seqs // replicas * one_request, budget))
-        if num_kv_blocks < one_request:
+        num_kv_blocks, one_request = self.num_kv_blocks, self.blocks_per_request(max_model_len, max_encoder_len)
+        if num_kv_blocks is not None and num_kv_blocks < one_request:
             raise ValueError(f"num_kv_blocks {num_kv_blocks} cannot hold one request at max_model_len "
                              f"{max_model_len} (needs {one_request} blocks of {self.block_size}); lower "
                              "max_model_len or raise num_kv_blocks")
@@ -144,3 +141,17 @@ class EngineConfig:
             max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
             preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas,
             async_decode=self.async_decode, sample_on_device=self.sample_on_device)
+
+    def blocks_per_request(self, max_model_len: int, max_encoder_len: int) -> int:
+        """Blocks of one request at full length: its self blocks and its cross blocks."""
+        return -(-max_model_len // self.block_size) + -(-max_encoder_len // self.block_size)
+
+    def with_kv_pool(self, blocks_that_fit: int, max_encoder_len: int) -> EngineConfig:
+        """The resolved config with its default KV pool: enough blocks for every slot's request at full length, but
+        no more than ``blocks_that_fit`` (the memory left), and at least one request's."""
+        if self.num_kv_blocks is not None:
+            return self
+        one_request = self.blocks_per_request(self.max_model_len, max_encoder_len)
+        blocks = max(one_request, min(self.max_num_seqs // self.data_parallel_size * one_request, blocks_that_fit))
+        return replace(self, num_kv_blocks=blocks,
+                       num_host_kv_blocks=blocks if self.num_host_kv_blocks is None else self.num_host_kv_blocks)

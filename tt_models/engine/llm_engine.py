@@ -73,9 +73,10 @@ class LLMEngine:
         # Greedy decode steps sample on the device when asked and the model can (TT vLLM's sample_on_device_mode:
         # tokens, not [B, V] logits, come back); the model's logits rules (Whisper's) need the host.
         self.sample_on_device = config.sample_on_device and self.sampler.rules.is_empty
-        self.scheduler = Scheduler(self.config)
         self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
                                   generator=generator, mesh_shape=mesh_shape)
+        self.config = self.runner.config  # with the KV pool sized once the model's weights are on the device
+        self.scheduler = Scheduler(self.config)
         capabilities = getattr(type(self.runner.model), "model_capabilities", {})
         if config.sample_on_device and not capabilities.get("supports_sample_on_device"):
             raise ValueError(f"sample_on_device: {type(self.runner.model).__name__} does not declare "

@@ -20,11 +20,15 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from tt_models.checkpoints import Checkpoint
-from tt_models.engine.config import EngineConfig, decoder_config, is_image_text, kv_shape, uses_cross_attention
+from tt_models.engine.config import (
+    HOST_KV_CACHE_BYTES, EngineConfig, KVShape, decoder_config, is_image_text, kv_shape, max_encoder_len,
+    uses_cross_attention,
+)
 from tt_models.engine.input_batch import InputBatch, page_table_width
 from tt_models.engine.request import Sequence
 from tt_models.engine.scheduler import SchedulerOutput
-from tt_models.runtime import close_device, open_device
+from tt_models.tt.memory import bytes_per_chip, dram_per_chip
+from tt_models.runtime import backend_of, close_device, open_device
 
 
 def generator_classes() -> dict[str, type]:
@@ -77,6 +81,7 @@ class ModelRunner:
         self.model = generator
         devices = getattr(generator, "devices", None)  # a stand-in generator may have none: one chip
         shape = kv_shape(hf_config).per_chip(devices[0].get_num_devices() if devices else 1)
+        self.config = config = config.with_kv_pool(self._blocks_that_fit(shape), max_encoder_len(hf_config))
         self.kv_cache = self.model.allocate_kv_cache(
             (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
             shape.num_layers)
@@ -91,6 +96,16 @@ class ModelRunner:
         # TT vLLM's per-row sampling parameters for a step sampled greedily on the device.
         self._greedy = SimpleNamespace(temperature=[0.0] * config.max_num_seqs, top_k=[1] * config.max_num_seqs,
                                        top_p=[1.0] * config.max_num_seqs)
+
+    def _blocks_that_fit(self, shape: KVShape) -> int:
+        """KV blocks one chip holds in the DRAM its replica's weights leave, less a tenth kept for activations, trace
+        and program buffers; on the host backend (whose KV lives in host memory) at most ``HOST_KV_CACHE_BYTES``
+        worth."""
+        block = shape.block_bytes(self.config.block_size)
+        if self.device is None or backend_of(self.device) == "host":  # a generator given ready-made: the host's cap
+            return HOST_KV_CACHE_BYTES // block
+        free = dram_per_chip(self.device) * 9 // 10 - bytes_per_chip(self.model.models[0])
+        return max(0, free) // block
 
     def close(self) -> None:
         if self.device is not None:
