@@ -90,6 +90,13 @@ def counting(api: ModuleType) -> Iterator[dict[str, float]]:
             setattr(namespace, name, fn)
 
 
+def decode_step(kv: Any, vocab: int) -> dict[str, Any]:
+    """The arguments of a decode step of ``BATCH`` users at position 100, each with ``WIDTH`` blocks of its own."""
+    return dict(tokens=torch.randint(0, vocab, (BATCH, 1), dtype=torch.int32),
+                start_pos=torch.full((BATCH,), 100, dtype=torch.int32),
+                page_table=torch.arange(BATCH * WIDTH, dtype=torch.int32).reshape(BATCH, WIDTH), kv_cache=kv)
+
+
 def decode_bytes(config: Any, precision: Precision, context: int, chips: int = 1) -> float:
     """DRAM bytes one decode step of ``BATCH`` users reads on each of ``chips`` tensor-parallel chips: its share of
     every decoder weight and of the LM head at their stored dtypes, and each user's K and V at ``context`` tokens
@@ -158,9 +165,7 @@ def tensor_parallel_table(context: int) -> None:
     replica = model.models[0]
     heads, head_dim = replica.kv_geometry
     kv = model.allocate_kv_cache((BATCH * WIDTH, heads, BLOCK, head_dim), None, replica.n_layers)
-    step = dict(tokens=torch.randint(0, 500, (BATCH, 1), dtype=torch.int32),
-                start_pos=torch.full((BATCH,), 100, dtype=torch.int32),
-                page_table=torch.arange(BATCH * WIDTH, dtype=torch.int32).reshape(BATCH, WIDTH), kv_cache=kv)
+    step = decode_step(kv, vocab=500)
     results = {}
     for name, extra in {"logits to host": {}, "greedy on device": {"sampling_params": SimpleNamespace(
             temperature=[0.0] * BATCH, top_k=[1] * BATCH, top_p=[0.0] * BATCH)}}.items():
@@ -217,9 +222,7 @@ def main() -> None:
     replica = model.models[0]
     n_kv_heads, head_dim = replica.kv_geometry
     kv = model.allocate_kv_cache((BATCH * WIDTH, n_kv_heads, BLOCK, head_dim), None, replica.n_layers)
-    step = dict(tokens=torch.randint(0, 1000, (BATCH, 1), dtype=torch.int32),
-                start_pos=torch.full((BATCH,), 100, dtype=torch.int32),
-                page_table=torch.arange(BATCH * WIDTH, dtype=torch.int32).reshape(BATCH, WIDTH), kv_cache=kv)
+    step = decode_step(kv, vocab=1000)
     greedy = SimpleNamespace(temperature=[0.0] * BATCH, top_k=[1] * BATCH, top_p=[0.0] * BATCH)
     sampled = SimpleNamespace(temperature=[0.8] * BATCH, top_k=[20] * BATCH, top_p=[0.9] * BATCH,
                               seed=list(range(BATCH)))

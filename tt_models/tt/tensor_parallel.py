@@ -109,17 +109,16 @@ def by_chip(parts: list[torch.Tensor], dim: int = 0) -> torch.Tensor:
     return torch.cat(parts, dim=dim)
 
 
-def split_columns(weight: torch.Tensor, n: int) -> list[torch.Tensor]:
-    """An HF ``[out, in]`` weight's output rows in ``n`` equal chip blocks."""
-    return list(weight.chunk(n, dim=0))
+def _interleaved(x: Any) -> Any:
+    """``x`` as the collectives read it: interleaved (sharded decode activations live in L1 shards)."""
+    return ttnn.sharded_to_interleaved(x, ttnn.L1_MEMORY_CONFIG) if x.is_sharded() else x
 
 
 def gather(x: Any, device: Any) -> Any:
     """A fractured tensor (each chip ``[.., dim / N]``) whole on every chip; itself on one chip."""
     if chips(device) == 1:
         return x
-    if x.is_sharded():  # the collectives read interleaved tensors (sharded decode activations live in L1)
-        x = ttnn.sharded_to_interleaved(x, ttnn.L1_MEMORY_CONFIG)
+    x = _interleaved(x)
     return ttnn.all_gather(x, 3, memory_config=x.memory_config())
 
 
@@ -127,8 +126,7 @@ def reduce_scatter(x: Any, device: Any) -> Any:
     """Per-chip partial sums ``[.., dim]`` added over the chips and fractured (chip ``c`` keeps slice ``c``)."""
     if chips(device) == 1:
         return x
-    if x.is_sharded():
-        x = ttnn.sharded_to_interleaved(x, ttnn.L1_MEMORY_CONFIG)
+    x = _interleaved(x)
     return ttnn.reduce_scatter(x, 3, memory_config=x.memory_config())
 
 
@@ -136,6 +134,5 @@ def fracture(x: Any, device: Any) -> Any:
     """A replicated tensor's own slice on each chip (no data crosses chips)."""
     if chips(device) == 1:
         return x
-    if x.is_sharded():
-        x = ttnn.sharded_to_interleaved(x, ttnn.L1_MEMORY_CONFIG)
+    x = _interleaved(x)
     return ttnn.mesh_partition(x, 3, memory_config=x.memory_config())
