@@ -15,6 +15,7 @@ from typing import Any, Callable
 import ttnn
 
 from tt_models.runtime import close_device, open_device
+from tt_models.tt.model_config import PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def main(run_case: Callable[[Any, str, int, str], list[tuple[int, ...]]]) -> None:
     """``python -m RUNNER BOARD MODEL:TT_DATA_PARALLEL:OPTIMIZATIONS...``: prints ``ok CASE SHAPES`` per case.
 
-    Each case gets a freshly opened mesh (reopening takes well under a second): tt-metal refuses to close a mesh
-    whose submeshes are open, and to close a submesh once both it and its parent have used the command queue they
-    share, so a data-parallel case closes its replicas' submeshes before the mesh runs anything again."""
+    Each case gets a freshly opened mesh (reopening takes well under a second), so the mesh a data-parallel case split
+    into submeshes never runs again: tt-metal refuses to close a submesh once both it and its parent have used the
+    command queue they share, and to reopen a mesh (set its fabric) while a submesh is still open. So the submeshes
+    close first, then the mesh."""
     board, cases = sys.argv[1], sys.argv[2:]
     for case in cases:
         model, data_parallel, optimizations = case.rsplit(":", 2)
@@ -33,6 +35,12 @@ def main(run_case: Callable[[Any, str, int, str], list[tuple[int, ...]]]) -> Non
         for submesh in device.get_submeshes():
             ttnn.close_mesh_device(submesh)
         close_device(device)
+
+
+def cases(model: str) -> list[str]:
+    """``model`` as one replica tensor-parallel over the whole mesh and as two replicas over its halves
+    (tt_data_parallel=2), in both profiles."""
+    return [f"{model}:{data_parallel}:{profile}" for data_parallel in (1, 2) for profile in PROFILES]
 
 
 def run_on_board(runner: str, board: str, cases: list[str]) -> str:

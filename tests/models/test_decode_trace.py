@@ -16,6 +16,7 @@ from tests.models.seq2seq_reference import CASES as SEQ2SEQ, encoder_input, tiny
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.runtime import use
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 128
 NEW_TOKENS = 6
@@ -77,4 +78,18 @@ def test_traced_decode_is_bit_identical_to_eager(host_device, name):
     assert model.traces.executions > NEW_TOKENS  # the driver checks one execute_trace per step
     assert len(model.traces.captures) == 1, "one capture for the whole run (same shapes, same mode)"
     model.release_traces()
+    assert not model.traces.captures
+
+
+def test_traces_are_released_through_their_own_devices_api(mock_device, host_device):
+    """A generator's finalizer releases its traces whenever it is collected, with whichever device's API is active
+    then: a host generator's must still go to the host backend (the real ttnn refuses a host device)."""
+    hf = tiny_model("llama-gqa")
+    model = LlamaForCausalLM.from_state_dict(hf.config, hf.state_dict(), host_device, MAX_BATCH, max_seq_len=MAX_LEN)
+    model.decode_forward(tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([0, -1, -1, -1]),
+                         page_table=torch.zeros(MAX_BATCH, 1, dtype=torch.int32), kv_cache=_kv(model),
+                         enable_trace=True)
+    assert len(model.traces.captures) == 1
+    with use(mock_device):
+        model.release_traces()
     assert not model.traces.captures

@@ -3,23 +3,21 @@
 
 Every test config (MHA, GQA, q/k/v bias, tied embeddings, Llama-3 rope scaling, sliding window) runs in both
 optimization profiles on an n150: the profiles store weights and KV caches in different dtypes (bf16,
-bfloat8_b, bfloat4_b), which the real ops accept or reject differently.
+bfloat8_b, bfloat4_b), which the real ops accept or reject differently. The tensor-parallel paths (collectives,
+per-chip decode configs, vocabulary-split LM head) run on an n300 and a T3K, in both profiles too.
 """
 
-import subprocess
-import sys
-from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from tests.models import board_runs
 from tests.models.hf_reference import TINY_CONFIGS, tiny_model
 from tests.models.llama_on_mock import MAX_BATCH, run
 from tt_models.runtime import close_device, open_device
 from tt_models.tt.model_config import PROFILES
 
 pytestmark = pytest.mark.mock
-ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 320
 # prefill, decode, raw decode read; device sampling: decode tokens and log-probs, prefill tokens
 SHAPES = [(2, 1, VOCAB), (MAX_BATCH, 1, VOCAB), (MAX_BATCH, 1, VOCAB), (MAX_BATCH,), (MAX_BATCH,), (1,)]
@@ -56,13 +54,12 @@ def test_n150_while_a_host_device_is_open(mock_device, checkpoint):
         close_device(host)
 
 
-# Each n300 run is a fresh process (one mock board per process) and costs 7-20 s: the mesh paths run for one
-# config (GQA with q/k/v bias); the profiles' dtypes are covered on the n150 above.
-@pytest.mark.parametrize("data_parallel, optimizations", [(1, "performance"), (2, "performance"), (2, "accuracy")])
-def test_n300(checkpoint, data_parallel, optimizations):
-    """A 1x2 mesh: the model replicated on both chips, or one replica per chip (tt_data_parallel=2)."""
-    command = [sys.executable, "-m", "tests.models.llama_on_mock", checkpoint("qwen2-bias"), "n300",
-               str(data_parallel), optimizations]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"ok {SHAPES}" in result.stdout
+# One process per board (one mock board per process): TP needs configs whose widths and heads split over the chips.
+@pytest.mark.parametrize("board, config", [("n300", "qwen2-bias"), ("t3k", "qwen2-bias-tp")])
+def test_tensor_parallel_on_a_mesh(checkpoint, board, config):
+    """A 1x2 (n300) or 1x8 (T3K) mesh: one replica tensor-parallel over every chip, or two (tt_data_parallel=2) each
+    over half of them (a T3K's two 1x4 groups: its 2 KV heads are replicated on 2 chips each, on 4 chips with dp 1)."""
+    cases = board_runs.cases(checkpoint(config))
+    stdout = board_runs.run_on_board("tests.models.llama_on_mock", board, cases)
+    for case in cases:
+        assert f"ok {case} {SHAPES}" in stdout

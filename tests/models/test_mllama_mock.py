@@ -1,30 +1,28 @@
 """Llama 3.2 Vision's vision encoder, prefill (an image row and a text-only row) and decode on the mock device:
 the real ttnn validates every call (values read back are zeros there, so only shapes are checked)."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.models import board_runs
 from tests.models.mllama_on_mock import MAX_BATCH, run
 from tests.models.mllama_reference import TEXT
 
 pytestmark = pytest.mark.mock
-ROOT = Path(__file__).resolve().parents[2]
 VOCAB = TEXT["vocab_size"]
 EXPECTED = [(2, 1, VOCAB), (MAX_BATCH, 1, VOCAB)]
 
 
 @pytest.mark.parametrize("profile", ["accuracy", "performance"])
 def test_n150(mock_device, profile):
-    assert run(mock_device, 1, profile) == EXPECTED
+    assert run(mock_device, "tiny", 1, profile) == EXPECTED
 
 
-@pytest.mark.parametrize("data_parallel", [1, 2])
-def test_n300(data_parallel):
-    """A 1x2 mesh: the model replicated on both chips, or one replica per chip (tt_data_parallel=2)."""
-    command = [sys.executable, "-m", "tests.models.mllama_on_mock", "n300", str(data_parallel), "performance"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"ok {EXPECTED}" in result.stdout
+# One process per board (one mock board per process): TP needs a config whose widths and heads split over the chips.
+@pytest.mark.parametrize("board, config", [("n300", "tiny"), ("t3k", "tp")])
+def test_tensor_parallel_on_a_mesh(board, config):
+    """A 1x2 (n300) or 1x8 (T3K) mesh: one replica (both towers) tensor-parallel over every chip, or two
+    (tt_data_parallel=2) each over half of them (a T3K's two 1x4 groups)."""
+    cases = board_runs.cases(config)
+    stdout = board_runs.run_on_board("tests.models.mllama_on_mock", board, cases)
+    for case in cases:
+        assert f"ok {case} {EXPECTED}" in stdout

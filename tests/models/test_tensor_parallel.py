@@ -235,3 +235,45 @@ def _mllama(hf, mesh):
     assert heads == hf.config.text_config.num_key_value_heads // mesh.get_num_devices()
     return model, model.allocate_kv_cache((NUM_BLOCKS, heads, BLOCK, head_dim), torch.bfloat16,
                                           model.models[0].n_layers)
+
+
+# Meshes a model cannot split over are refused when it is built, with the numbers that do not divide.
+
+@pytest.fixture
+def host_mesh():
+    """``host_mesh(chips)``: a 1 x ``chips`` host mesh, closed after the test."""
+    meshes = []
+
+    def open_mesh(chips: int):
+        meshes.append(open_device("host", mesh_shape=(1, chips)))
+        return meshes[-1]
+
+    yield open_mesh
+    for mesh in meshes:
+        close_device(mesh)
+
+
+def _build(hf, mesh):
+    return LlamaForCausalLM.from_state_dict(hf.config, hf.state_dict(), mesh, MAX_BATCH, max_seq_len=MAX_LEN)
+
+
+def test_kv_heads_that_cannot_split_over_the_mesh_are_refused(host_mesh):
+    with pytest.raises(ValueError, match=r"^4 KV heads cannot split over 3 chips: one count must divide the other "
+                                         r"\(a mesh of 1, 2, 4, 8, 16, 32 chips can\)$"):
+        _build(_decoder(LlamaConfig, 8, 4)(), host_mesh(3))
+
+
+def test_a_hidden_size_that_is_not_whole_tiles_on_each_chip_is_refused(host_mesh):
+    """Hidden 128 over 8 chips would leave each 16 columns; the MLP's 512 (2 tiles a chip) splits."""
+    with pytest.raises(ValueError, match=r"^hidden_size 128 cannot split over 8 chips into whole 32-wide tiles "
+                                         r"\(each needs a multiple of 256\)$"):
+        _build(_decoder(LlamaConfig, 4, 2, hidden=128)(), host_mesh(8))
+
+
+def test_allocate_kv_cache_refuses_all_kv_heads_on_a_tensor_parallel_mesh(host_mesh):
+    """TT vLLM passes one chip's KV heads (4 over 2 chips: 2); the model's whole 4 would not be each chip's pool."""
+    model = _build(_decoder(LlamaConfig, 8, 4)(), host_mesh(2))
+    with pytest.raises(ValueError, match=r"^KV cache shape \(32, 4, 32, 32\): each of the replica's 2 chips holds 2 "
+                                         r"KV heads of head_dim 32, so the shape must be \(blocks, 2, block_size, "
+                                         r"32\)$"):
+        model.allocate_kv_cache((NUM_BLOCKS, 4, BLOCK, 32), torch.bfloat16, 2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-from tt_models.runtime import ttnn
+from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import HostInputs, to_device
 
 
@@ -52,6 +52,9 @@ class DecodeTraces:
         return CapturedDecode(device, trace_id, device_inputs, outputs)
 
     def release(self) -> None:
+        """Release every trace through its own device's API: a generator collected later may find another
+        backend's device the active one (a host generator freed while a mock device is open)."""
         for captured in self.captures.values():
-            ttnn.release_trace(captured.device, captured.trace_id)
+            with use(captured.device):
+                ttnn.release_trace(captured.device, captured.trace_id)
         self.captures.clear()

@@ -29,15 +29,17 @@ class LMHead:
         """``weight``: ``[vocab, dim]``."""
         n = chips(device)
         self.vocab_size = weight.shape[0]
-        if n > 1:  # each chip's slice of the vocabulary in whole tiles
-            pad = -weight.shape[0] % (n * TILE)
+        pad = -weight.shape[0] % (n * TILE) if n > 1 else 0  # each chip's slice of the vocabulary in whole tiles
+        if pad:  # (copies avoided where they can be: a 70B head is 2 GB)
             weight = torch.nn.functional.pad(weight, (0, 0, 0, pad))
             bias = None if bias is None else torch.nn.functional.pad(bias, (0, pad))
         per_chip = weight.shape[0] // n
 
         def columns(t: torch.Tensor | None, start: int, end: int) -> torch.Tensor | None:
-            """Columns ``start .. end`` of every chip's slice, in chip order."""
-            return None if t is None else torch.cat([t[c * per_chip + start: c * per_chip + end] for c in range(n)])
+            """Columns ``start .. end`` of every chip's slice, in chip order (``t`` itself when that is all of it)."""
+            if t is None or (start, end) == (0, per_chip):
+                return t
+            return torch.cat([t[c * per_chip + start: c * per_chip + end] for c in range(n)])
 
         self.splits = [Linear(columns(weight, start, end), device, weight_dtype, bias=columns(bias, start, end),
                               layout=layout, parallel="column")
