@@ -33,6 +33,8 @@ TP_CASES = {
                                 WhisperForConditionalGeneration, TTWhisper),
     "bart-tp": (lambda: BartConfig(**TP_SIZES, vocab_size=320, max_position_embeddings=128),
                 BartForConditionalGeneration, TTBart),
+    "mbart-tp": (lambda: MBartConfig(**TP_SIZES, vocab_size=320, max_position_embeddings=128, scale_embedding=True),
+                 MBartForConditionalGeneration, TTMBart),
 }
 ALL_CASES = CASES | TP_CASES
 

@@ -48,19 +48,6 @@ def _decoder(config_class, heads: int, kv_heads: int, hidden: int = 256):
     return build
 
 
-def _seq2seq(name: str):
-    def build() -> torch.nn.Module:
-        sizes = dict(seq2seq_reference.SIZES)
-        seq2seq_reference.SIZES.update(d_model=256, encoder_attention_heads=8, decoder_attention_heads=8,
-                                       encoder_ffn_dim=512, decoder_ffn_dim=512)
-        try:
-            return seq2seq_reference.tiny_seq2seq(name)
-        finally:
-            seq2seq_reference.SIZES.clear()
-            seq2seq_reference.SIZES.update(sizes)
-    return build
-
-
 # case -> (HF model builder, chips, identical leading greedy tokens at least (of 2 x NEW_TOKENS), measured)
 DECODERS = {
     "llama kv 4 > chips 2": (_decoder(LlamaConfig, 8, 4), 2, 20),
@@ -68,11 +55,7 @@ DECODERS = {
     "llama kv 2 < chips 8": (_decoder(LlamaConfig, 8, 2), 8, 20),
     "llama 14 heads kv 2 < chips 4 padded": (_decoder(LlamaConfig, 14, 2, hidden=896), 4, 20),
 }
-SEQ2SEQ = {
-    "whisper 1x2": (_seq2seq("whisper-multilingual"), 2, 20),
-    "bart 1x4": (_seq2seq("bart"), 4, 20),
-    "mbart 1x8": (_seq2seq("mbart"), 8, 20),
-}
+SEQ2SEQ = {"whisper-multilingual-tp": 2, "bart-tp": 4, "mbart-tp": 8}  # case -> chips
 
 
 def _generator(case_class, hf, mesh):
@@ -128,20 +111,20 @@ def _requests(items):
                     encoder_len=encoder_len) for encoder_input, encoder_len, prompt, _, _ in items]
 
 
-def _teacher_forced_pcc(model, kv, items, cross):
-    driver, requests, scores = _driver(model, kv, cross), _requests(items), []
+def _teacher_forced_pcc(driver, requests, sequences, logits):
+    """PCC with HF's logits of every step of three requests fed their HF continuations (one joining late)."""
+    scores = []
 
-    def check(i, logits):
-        scores.append(pcc(logits, items[i][4][len(requests[i].tokens) - 1]))
+    def check(i, step_logits):
+        scores.append(pcc(step_logits, logits[i][len(requests[i].tokens) - 1]))
 
-    teacher_forced_steps(driver, requests, [item[3] for item in items], slots=(1, 3, 0), join_after=4,
-                         new_tokens=NEW_TOKENS, delivery="decode", check=check)
+    teacher_forced_steps(driver, requests, sequences, slots=(1, 3, 0), join_after=4, new_tokens=NEW_TOKENS,
+                         delivery="decode", check=check)
     return scores
 
 
-def _greedy(model, kv, items, cross):
-    """Free-running greedy tokens and each step's top 5, two requests."""
-    driver, requests = _driver(model, kv, cross), _requests(items[:2])
+def _greedy(driver, requests):
+    """Free-running greedy tokens of two requests and each step's top 5."""
     for slot, r in zip((3, 0), requests):
         driver.add(r, slot)
     top5 = [[] for _ in requests]
@@ -155,16 +138,19 @@ def _greedy(model, kv, items, cross):
     return [r.tokens[r.prompt_len:] for r in requests], top5
 
 
-def _check_case(build, chips, min_identical, case_class, items_of, cross):
-    hf = build()
-    items = items_of(hf)
+def _check_split(chips, min_identical, build, driver, requests, items):
+    """Teacher-forced PCC on ``chips`` chips, and greedy tokens there against one chip's: ``build(mesh)`` makes
+    (model, kv), ``driver(model, kv)`` and ``requests(model)`` drive it."""
     greedy = {}
     for mesh_chips in (1, chips):
         mesh = open_device("host", mesh_shape=(1, mesh_chips))
         try:
             if mesh_chips > 1:
-                scores = _teacher_forced_pcc(*_generator(case_class, hf, mesh), items, cross)
-            greedy[mesh_chips] = _greedy(*_generator(case_class, hf, mesh), items, cross)
+                model, kv = build(mesh)
+                scores = _teacher_forced_pcc(driver(model, kv), requests(model), [item[-2] for item in items],
+                                             [item[-1] for item in items])
+            model, kv = build(mesh)
+            greedy[mesh_chips] = _greedy(driver(model, kv), requests(model)[:2])
         finally:
             close_device(mesh)
     print(f"\n{chips} chips: {len(scores)} steps, min PCC {min(scores):.5f}")
@@ -177,55 +163,28 @@ def _check_case(build, chips, min_identical, case_class, items_of, cross):
 
 @pytest.mark.parametrize("case", list(DECODERS))
 def test_decoder_only_split_over_chips_matches_hf_and_one_chip(case):
-    build, chips, min_identical = DECODERS[case]
-    _check_case(build, chips, min_identical, LlamaForCausalLM, _decoder_items, cross=False)
+    make, chips, min_identical = DECODERS[case]
+    hf = make()
+    items = _decoder_items(hf)
+    _check_split(chips, min_identical, lambda mesh: _generator(LlamaForCausalLM, hf, mesh),
+                 lambda model, kv: _driver(model, kv, cross=False), lambda model: _requests(items), items)
 
 
 @pytest.mark.parametrize("case", list(SEQ2SEQ))
 def test_encoder_decoder_split_over_chips_matches_hf_and_one_chip(case):
-    build, chips, min_identical = SEQ2SEQ[case]
-    name = {"whisper": "whisper-multilingual", "bart": "bart", "mbart": "mbart"}[case.split()[0]]
-    _check_case(build, chips, min_identical, seq2seq_reference.CASES[name][2], _seq2seq_items, cross=True)
+    hf = seq2seq_reference.tiny_seq2seq(case)
+    items = _seq2seq_items(hf)
+    _check_split(SEQ2SEQ[case], 20, lambda mesh: _generator(seq2seq_reference.TP_CASES[case][2], hf, mesh),
+                 lambda model, kv: _driver(model, kv, cross=True), lambda model: _requests(items), items)
 
 
 def test_mllama_text_and_vision_split_over_two_chips_match_hf_and_one_chip(mllama_case):
     """Llama 3.2 Vision's layout on an n300 (11B Vision runs TP=2 there): vision tower, projector, text layers and
-    gated cross-attention split over 2 chips; an image row, a text-only row and a late-joining image request."""
+    gated cross-attention split over 2 chips; an image row, a text-only row and a late-joining image request. The
+    second greedy request meets a near-tie after 4 tokens (measured)."""
     hf, items = mllama_case
-    greedy = {}
-    for chips in (1, 2):
-        mesh = open_device("host", mesh_shape=(1, chips))
-        try:
-            if chips > 1:
-                model, kv = _mllama(hf, mesh)
-                driver, requests, scores = mllama_contract._driver(model, kv), mllama_contract._requests(model, items), []
-
-                def check(i, logits):
-                    scores.append(pcc(logits, items[i][3][len(requests[i].tokens) - 1]))
-
-                teacher_forced_steps(driver, requests, [item[2] for item in items], slots=(1, 3, 0), join_after=4,
-                                     new_tokens=NEW_TOKENS, delivery="decode", check=check)
-            model, kv = _mllama(hf, mesh)
-            driver, requests = mllama_contract._driver(model, kv), mllama_contract._requests(model, items[:2])
-            for slot, r in zip((3, 0), requests):
-                driver.add(r, slot)
-            top5 = [[] for _ in requests]
-            rows = driver.prefill(requests)
-            for _ in range(NEW_TOKENS):
-                for r, t, row in zip(requests, top5, rows):
-                    t.append(row.topk(5).indices.tolist())
-                    r.tokens.append(t[-1][0])
-                step = driver.decode()
-                rows = [step[r.slot] for r in requests]
-            greedy[chips] = [r.tokens[r.prompt_len:] for r in requests], top5
-        finally:
-            close_device(mesh)
-    print(f"\nmllama 2 chips: {len(scores)} steps, min PCC {min(scores):.5f}")
-    assert len(scores) == 3 * (NEW_TOKENS + 1) and min(scores) >= 0.99
-    (ours, our_top5), (single, single_top5) = greedy[2], greedy[1]
-    identical = sum(_closeness(a, b, ta, tb) for a, b, ta, tb in zip(ours, single, our_top5, single_top5))
-    print(f"greedy tokens identical to one chip: {identical} of {2 * NEW_TOKENS}")
-    assert identical >= 14  # measured: the second request meets a near-tie after 4 tokens
+    _check_split(2, 14, lambda mesh: _mllama(hf, mesh), mllama_contract._driver,
+                 lambda model: mllama_contract._requests(model, items), items)
 
 
 def _mllama(hf, mesh):
