@@ -27,6 +27,11 @@ CASES = [((120, 50), [1, 5, IMAGE_TOKEN, 17, 33, 9]), (None, [1, 44, 12, 90, 3])
 @pytest.fixture(scope="module")
 def mllama_case():
     hf = tiny_mllama()
+    return hf, mllama_items(hf)
+
+
+def mllama_items(hf):
+    """Per case: its image (or None), prompt, HF's greedy continuation and HF's logits along it."""
     items = []
     for size, prompt in CASES:
         image = None if size is None else random_image(*size, seed=size[0])
@@ -37,7 +42,7 @@ def mllama_case():
             full = {"input_ids": sequence[None]} if image is None else hf_inputs(hf, sequence.tolist(), image)
             logits = hf(**full).logits[0]
         items.append((image, prompt, sequence, logits))
-    return hf, items
+    return items
 
 
 def _model(hf, device, profile="accuracy"):

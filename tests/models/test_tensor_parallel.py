@@ -22,7 +22,7 @@ from tests.models import seq2seq_reference
 from tests.models import test_mllama_contract as mllama_contract
 from tests.models.hf_reference import pcc
 from tests.models.test_llama_contract import _closeness
-from tests.models.test_mllama_contract import mllama_case  # noqa: F401  (a fixture)
+from tests.models.mllama_reference import tiny_mllama
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
@@ -178,12 +178,18 @@ def test_encoder_decoder_split_over_chips_matches_hf_and_one_chip(case):
                  lambda model, kv: _driver(model, kv, cross=True), lambda model: _requests(items), items)
 
 
-def test_mllama_text_and_vision_split_over_two_chips_match_hf_and_one_chip(mllama_case):
-    """Llama 3.2 Vision's layout on an n300 (11B Vision runs TP=2 there): vision tower, projector, text layers and
-    gated cross-attention split over 2 chips; an image row, a text-only row and a late-joining image request. The
-    second greedy request meets a near-tie after 4 tokens (measured)."""
-    hf, items = mllama_case
-    _check_split(2, 14, lambda mesh: _mllama(hf, mesh), mllama_contract._driver,
+# chips -> tiny Mllama config, identical leading greedy tokens at least (measured: near-ties in the second request)
+MLLAMA = {2: ("tiny", 14), 4: ("tp", 20), 8: ("tp", 20)}
+
+
+@pytest.mark.parametrize("chips", list(MLLAMA))
+def test_mllama_text_and_vision_split_over_chips_match_hf_and_one_chip(chips):
+    """Llama 3.2 Vision (11B Vision runs TP=2 on an n300): vision tower, projector, text layers and gated
+    cross-attention split over the chips; an image row, a text-only row and a late-joining image request."""
+    name, min_identical = MLLAMA[chips]
+    hf = tiny_mllama(name=name)
+    items = mllama_contract.mllama_items(hf)
+    _check_split(chips, min_identical, lambda mesh: _mllama(hf, mesh), mllama_contract._driver,
                  lambda model: mllama_contract._requests(model, items), items)
 
 
@@ -191,7 +197,8 @@ def _mllama(hf, mesh):
     model = MllamaForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), mesh, MAX_BATCH,
                                                            max_seq_len=MAX_LEN, optimizations="accuracy")
     heads, head_dim = model.models[0].kv_geometry
-    assert heads == hf.config.text_config.num_key_value_heads // mesh.get_num_devices()
+    n_kv = hf.config.text_config.num_key_value_heads
+    assert heads == n_kv // min(mesh.get_num_devices(), n_kv)
     return model, model.allocate_kv_cache((NUM_BLOCKS, heads, BLOCK, head_dim), torch.bfloat16,
                                           model.models[0].n_layers)
 

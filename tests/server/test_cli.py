@@ -1,5 +1,5 @@
 """The server as a user starts it (``demo/server_example_tt.py`` -> ``tt-models serve``) in its own process: a full
-waiting queue answers 503, and closing the streams that filled it frees everything."""
+waiting queue answers 503, and closing the streams that filled it frees everything; its mesh options."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 from tests.server.cases import free_port, metric
+from tt_models.engine.sampling import SamplingParams
 from tt_models.server import cli
 
 pytestmark = pytest.mark.slow
@@ -109,3 +112,27 @@ def test_a_client_that_gives_up_on_a_plain_request_aborts_it(small_server):
 def test_console_script_runs_the_cli():
     [entry] = importlib.metadata.entry_points(group="console_scripts", name="tt-models")
     assert entry.load() is cli.main
+
+
+def test_mesh_shape_and_data_parallel_size_make_tensor_parallel_replicas(tmp_path):
+    """``tt-models serve MODEL --mesh-shape 1x8 --data-parallel-size 2``: two replicas, each tensor-parallel over 4
+    chips of the host mesh, with per-chip KV heads; a request is served; a shape that is not RxC is refused."""
+    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=1, num_attention_heads=8,
+                         num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=256)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    args = cli._parser().parse_args(["serve", str(tmp_path), "--mesh-shape", "1x8", "--data-parallel-size", "2",
+                                     "--backend", "host", "--max-num-seqs", "4", "--max-model-len", "128"])
+    (engine,) = cli.build_engines(args).values()
+    try:
+        assert [d.get_num_devices() for d in engine.runner.model.devices] == [4, 4]
+        assert engine.runner.model.models[0].kv_geometry[0] == 2  # 8 KV heads over 4 chips
+        engine.add_request("r", {"prompt_token_ids": [5, 6, 7]}, SamplingParams(max_tokens=3, ignore_eos=True))
+        outputs = []
+        while engine.has_unfinished_requests():
+            outputs += [o for o in engine.step() if o.finished]
+        assert len(outputs[0].outputs[0].token_ids) == 3
+    finally:
+        engine.close()
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["serve", str(tmp_path), "--mesh-shape", "1x"])
