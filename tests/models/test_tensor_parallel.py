@@ -178,18 +178,15 @@ def test_encoder_decoder_split_over_chips_matches_hf_and_one_chip(case):
                  lambda model, kv: _driver(model, kv, cross=True), lambda model: _requests(items), items)
 
 
-# chips -> tiny Mllama config, identical leading greedy tokens at least (measured: near-ties in the second request)
-MLLAMA = {2: ("tiny", 14), 4: ("tp", 20), 8: ("tp", 20)}
-
-
-@pytest.mark.parametrize("chips", list(MLLAMA))
-def test_mllama_text_and_vision_split_over_chips_match_hf_and_one_chip(chips):
-    """Llama 3.2 Vision (11B Vision runs TP=2 on an n300): vision tower, projector, text layers and gated
-    cross-attention split over the chips; an image row, a text-only row and a late-joining image request."""
-    name, min_identical = MLLAMA[chips]
-    hf = tiny_mllama(name=name)
+def test_mllama_text_and_vision_split_over_two_chips_match_hf_and_one_chip():
+    """Llama 3.2 Vision as 11B Vision runs on an n300 (TP=2): vision tower, projector, text layers and gated
+    cross-attention split over 2 chips; an image row, a text-only row and a late-joining image request. The second
+    greedy request meets a near-tie after 4 tokens (measured). Wider meshes run on the mock (shapes only): the tiny
+    Mllama wide enough for 8 chips (``tiny_mllama(name="tp")``) is numerically marginal on one chip already (teacher-
+    forced PCC with HF down to 0.97 at one step), so it would not show what splitting does."""
+    hf = tiny_mllama()
     items = mllama_contract.mllama_items(hf)
-    _check_split(chips, min_identical, lambda mesh: _mllama(hf, mesh), mllama_contract._driver,
+    _check_split(2, 14, lambda mesh: _mllama(hf, mesh), mllama_contract._driver,
                  lambda model: mllama_contract._requests(model, items), items)
 
 
