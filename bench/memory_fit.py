@@ -67,8 +67,8 @@ class Decoder:
     def weights(self, chips: int, profile: tuple[str, ...]) -> float:
         attention, mlp, head, _ = profile
         dim = self.attention.dim
-        per_layer = (self.attention.weights(chips, attention) + self.mlp_matrices * dim * self.hidden / chips * BYTES[mlp]
-                     + 4 * dim)
+        mlp_bytes = self.mlp_matrices * dim * self.hidden / chips * BYTES[mlp]
+        per_layer = self.attention.weights(chips, attention) + mlp_bytes + 4 * dim
         embedding = self.vocab * dim / chips * 2  # bfloat16, ROW_MAJOR, split on the hidden dim
         cross = self.cross_layers * self.attention.weights(chips, attention)
         return self.layers * per_layer + cross + embedding + dim * _vocab(self.vocab, chips) * BYTES[head] + 2 * dim

@@ -55,7 +55,8 @@ def test_replicated_buffers_are_each_chips_own(mesh):
     """An in-place op on one chip's copy (a KV cache each chip fills with its own heads) leaves the others alone."""
     n = mesh.get_num_devices()
     cache = ttnn.from_torch(torch.zeros(2, 1, 32, 32), dtype=ttnn.bfloat16, layout=ttnn.TILE_LAYOUT, device=mesh)
-    per_chip = torch.arange(n, dtype=torch.float32).repeat_interleave(32).reshape(1, 1, n * 32, 1).expand(-1, -1, -1, 32)
+    per_chip = torch.arange(n, dtype=torch.float32).repeat_interleave(32).reshape(1, 1, n * 32, 1)
+    per_chip = per_chip.expand(-1, -1, -1, 32)
     fill = _place(per_chip.contiguous(), mesh, ttnn.ShardTensorToMesh(mesh, dim=2))
     ttnn.fill_cache(cache, fill, batch_idx=1)
     for chip, values in enumerate(_chips(cache)):
@@ -100,7 +101,8 @@ def test_reduce_scatter_and_all_reduce_sum_in_ring_order_at_bfloat16(mesh):
     values = torch.randn(1, 1, 32, 32 * cols * n, generator=torch.Generator().manual_seed(n))
     x = _place(values, mesh, ttnn.ShardTensorToMesh(mesh, dim=3))  # each chip [1, 1, 32, 32 * cols]: partial sums
     chips = _chips(x)
-    scattered, reduced = _chips(ttnn.reduce_scatter(x, 3, cluster_axis=axis)), _chips(ttnn.all_reduce(x, cluster_axis=axis))
+    scattered = _chips(ttnn.reduce_scatter(x, 3, cluster_axis=axis))
+    reduced = _chips(ttnn.all_reduce(x, cluster_axis=axis))
     for i in range(n):
         r, k = divmod(i, cols)
         group = [chips[r * cols + m] for m in range(cols)]

@@ -40,7 +40,8 @@ def state_dict() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     layer = "model.layers.0."
     return {"model.embed_tokens.weight": _random(VOCAB, DIM, g), "model.norm.weight": torch.ones(DIM),
-            f"{layer}input_layernorm.weight": torch.ones(DIM), f"{layer}post_attention_layernorm.weight": torch.ones(DIM),
+            f"{layer}input_layernorm.weight": torch.ones(DIM),
+            f"{layer}post_attention_layernorm.weight": torch.ones(DIM),
             f"{layer}self_attn.q_proj.weight": _random(HEADS * HEAD_DIM, DIM, g),
             f"{layer}self_attn.k_proj.weight": _random(KV_HEADS * HEAD_DIM, DIM, g),
             f"{layer}self_attn.v_proj.weight": _random(KV_HEADS * HEAD_DIM, DIM, g),

@@ -221,7 +221,8 @@ class Generator(VllmModelInterface):
                     host.update(batch.host_inputs(device, self.vocab_size, _rows_of(prompt_tokens, rows),
                                                   _rows_of(output_tokens, rows)))
 
-            def step(device_inputs: dict[str, Any], replica: int = replica, mode: Any = mode, device: Any = device) -> Any:
+            def step(device_inputs: dict[str, Any], replica: int = replica, mode: Any = mode,
+                     device: Any = device) -> Any:
                 logits = forward(replica, device_inputs)
                 if mode is None:
                     return logits
