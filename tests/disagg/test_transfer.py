@@ -131,6 +131,52 @@ def test_a_full_pool_holds_encoder_outputs_back_and_loses_none(bart, redis_serve
         small.close()
 
 
+def test_a_request_that_encodes_itself_neither_deadlocks_nor_starves_behind_encoder_outputs(bart, encoder,
+                                                                                           redis_server):
+    """In the smallest pool (17 blocks) these requests run one at a time (11 cross blocks + 1 self block each).
+    "late" was encoded for this instance, but its output expired before the request came (a slow proxy): it must
+    encode itself and needs a whole request's blocks, while the output of "handed-over" holds 11 of them and its
+    request queues behind "late". Then "third" is announced while "late" still waits."""
+    prompts = {"late": " ".join(["alpha"] * 700), "handed-over": " ".join(["delta"] * 700),
+               "third": " ".join(["echo"] * 700)}  # ~700 tokens each
+    plain = load(bart)
+    for request_id, prompt in prompts.items():
+        plain.add_request(request_id, prompt, GREEDY)
+    expected = {}
+    while plain.has_unfinished_requests():
+        expected.update((o.request_id, o.outputs[0].token_ids) for o in plain.step() if o.finished)
+    plain.close()
+    small = prefill_decode(bart, redis_server.url, "P-one", num_kv_blocks=17)
+    try:
+        inbox = small.encoder_inbox
+        for request_id in ("late", "handed-over"):
+            encoder.add_request(request_id, prompts[request_id], GREEDY, target="P-one")
+            stop = time.monotonic() + 20
+            while not any(o.request_id == request_id for o in encoder.step() + encoder.service()):
+                small.service()
+                assert time.monotonic() < stop
+            if request_id == "late":
+                wait_for(lambda: inbox.stats.expired == 1, small, seconds=3 * TIMEOUT)
+        assert inbox.num_unclaimed == 1
+        small.add_request("late", prompts["late"], GREEDY)
+        small.add_request("handed-over", prompts["handed-over"], GREEDY)  # claims its blocks
+        encoder.add_request("third", prompts["third"], GREEDY, target="P-one")
+        finished: list = []
+        stop = time.monotonic() + 60
+        while len(finished) < 3:
+            assert time.monotonic() < stop, f"deadlocked: only {[o.request_id for o in finished]} finished"
+            for output in encoder.step() if encoder.has_unfinished_requests() else encoder.service():
+                assert output.error is None
+                small.add_request("third", prompts["third"], GREEDY)
+            finished += [o for o in small.step() if o.finished]
+        assert [o.request_id for o in finished] == ["handed-over", "late", "third"]  # the order they came in
+        assert {o.request_id: o.outputs[0].token_ids for o in finished} == expected
+        assert inbox.stats.claimed >= 2  # "handed-over" and "third" ran without their encoder
+        assert_all_free(small)
+    finally:
+        small.close()
+
+
 def wait_for(condition, engine: LLMEngine, seconds: float = 5) -> None:
     stop = time.monotonic() + seconds
     while not condition():

@@ -3,7 +3,8 @@
 For each request an encode instance announces (metadata), the inbox reserves the request's cross blocks in the
 KV pool, first come first served and only when the pool has room for them plus one request's self blocks
 (backpressure: the encode instance waits, nothing is dropped, and the requests already admitted can always
-finish), then notifies the encode instance. When the states arrive it checks them against the metadata, writes
+finish) and no request that runs its encoder here waits for that pool (it came first), then notifies the encode
+instance. When the states arrive it checks them against the metadata, writes
 their cross K/V into the reserved blocks with the generator's ``write_cross_kv`` and notifies again. The request
 itself arrives afterwards (the proxy sends it once the encode instance is done) under the same id: the engine
 claims its blocks and runs it with ``encoder_inputs[i] = None``.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +53,15 @@ class InboxStats:
 class EncoderInbox:
     """``kvs``: the engine's pool per data-parallel replica (a reservation goes to the one with the most free
     blocks); ``writer(states, cross_blocks, encoder_len, replica)`` writes one request's cross K/V (the model
-    runner's)."""
+    runner's); ``queued(replica)``: whether requests that hold no blocks yet wait for that replica's pool (the
+    scheduler's)."""
 
-    def __init__(self, broker: Broker, kvs: list[KVBlockManager], writer: Any, *, max_encoder_len: int, dim: int,
-                 headroom_blocks: int, timeout: float = 30.0) -> None:
+    def __init__(self, broker: Broker, kvs: list[KVBlockManager], writer: Any, queued: Callable[[int], bool], *,
+                 max_encoder_len: int, dim: int, headroom_blocks: int, timeout: float = 30.0) -> None:
         self.broker = broker
         self.kvs = kvs
         self.writer = writer
+        self.queued = queued
         self.max_encoder_len = max_encoder_len
         self.dim = dim
         self.headroom_blocks = headroom_blocks
@@ -125,17 +129,27 @@ class EncoderInbox:
     def _reserve(self, now: float) -> None:
         while self.pending:
             metadata = self.pending[0]
-            replica = max(range(len(self.kvs)), key=lambda r: self.kvs[r].num_free_blocks)
-            kv = self.kvs[replica]
-            if kv.num_blocks_for(metadata.encoder_len) + self.headroom_blocks > kv.num_free_blocks:
+            replica = self._room_for(metadata.encoder_len)
+            if replica is None:
                 if self._waiting_for_room != metadata.request_id:
                     self._waiting_for_room = metadata.request_id
                     self.stats.waited += 1
                 return  # FCFS: later announcements wait behind this one
             self.pending.popleft()
-            kv.reserve_cross(metadata.request_id, metadata.encoder_len)
+            self.kvs[replica].reserve_cross(metadata.request_id, metadata.encoder_len)
             self.reserved[metadata.request_id] = _Reservation(metadata, replica, now + self.timeout)
             self._notify(metadata.sender, "allocated", metadata.request_id)
+
+    def _room_for(self, encoder_len: int) -> int | None:
+        """The replica with the most free blocks if they hold the cross blocks and the headroom, or None. A pool
+        that requests of this instance wait for is not open: blocks reserved there now would keep them waiting
+        for as long as encoder outputs keep coming."""
+        open_replicas = [r for r in range(len(self.kvs)) if not self.queued(r)]
+        replica = max(open_replicas, key=lambda r: self.kvs[r].num_free_blocks, default=None)
+        if replica is None:
+            return None
+        kv = self.kvs[replica]
+        return replica if kv.num_blocks_for(encoder_len) + self.headroom_blocks <= kv.num_free_blocks else None
 
     def _inject(self, states: States) -> None:
         reservation = self.reserved.get(states.request_id)

@@ -19,8 +19,13 @@ def attach_encoder_inbox(engine: LLMEngine, broker: Broker, *, timeout: float = 
     kvs = engine.scheduler.kvs
     hf_config = engine.checkpoint.config
     dim = getattr(hf_config, "d_model", None) or decoder_config(hf_config).hidden_size  # Mllama: its text width
-    inbox = EncoderInbox(broker, kvs, engine.runner.write_cross, max_encoder_len=engine.runner.model.max_cross_attn_tokens,
-                         dim=dim, headroom_blocks=kvs[0].num_blocks_for(config.max_model_len), timeout=timeout)
+
+    def queued(replica: int) -> bool:
+        return any(r.replica == replica and not kvs[replica].has_cross(r.request_id) for r in engine.scheduler.waiting)
+
+    inbox = EncoderInbox(broker, kvs, engine.runner.write_cross, queued,
+                         max_encoder_len=engine.runner.model.max_cross_attn_tokens, dim=dim,
+                         headroom_blocks=kvs[0].num_blocks_for(config.max_model_len), timeout=timeout)
     engine.encoder_inbox = inbox
     inbox.start()
     return inbox
