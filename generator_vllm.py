@@ -2,7 +2,7 @@
 
 Each class is named after the HF architecture it serves and implements the TT vLLM model contract;
 the encoder-decoder classes implement its cross-attention extension, and Llama 3.2 Vision the design's
-image+text contract (see the README).
+image+text contract (see docs/contract.md and docs/images.md).
 """
 
 from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration

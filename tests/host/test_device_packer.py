@@ -12,7 +12,7 @@ The rules are those of the BFP golden that ships with ttnn 0.81.1's tt-llk,
 - bfloat4_b truncates that rounded 7-bit magnitude to its top 3 bits.
 Zero magnitudes carry no sign: tenstorrent/ttsim's packer (src/tensix.cpp, PACR, v1.10.0) sets the sign bit only
 for a nonzero magnitude, since a signed zero encodes -inf.
-Other Tenstorrent sources disagree with the golden at the shared exponent (see the README's fidelity section):
+Other Tenstorrent sources disagree with the golden at the shared exponent (see docs/runtime.md's fidelity section):
 this test pins the model to tt-llk's rules, not to silicon.
 """
 

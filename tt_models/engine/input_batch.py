@@ -233,7 +233,7 @@ class InputBatch:
         """Record that the step ran: its tokens are now in the KV cache."""
         self.num_computed_tokens[step.rows] = step.seq_lens
 
-    # The TT vLLM contract (research/contract.md sections 2-3; README "The TT vLLM model contract").
+    # The TT vLLM contract (research/contract.md sections 2-3; docs/contract.md).
 
     def prefill_kwargs(self, step: StepInputs, encoder_inputs: Sequence[Any] | None = None) -> dict[str, Any]:
         """``prefill_forward``'s batch arguments, as TT vLLM's runner builds them: one unpadded row per

@@ -1,6 +1,6 @@
 """The TT vLLM contract for encoder-decoder models, with paged cross-attention.
 
-Extension of the decoder-only contract (documented in the README):
+Extension of the decoder-only contract (documented in docs/contract.md):
 - ``max_cross_attn_tokens``: the largest encoder length (cross blocks per request: ceil(it / block_size)).
 - ``prefill_forward(..., cross_page_table, encoder_inputs, encoder_lens)``: ``encoder_inputs[i]`` is the
   row's encoder input (``{"input_features": ...}`` or ``{"input_ids": ...}``), or ``None`` when the row's
