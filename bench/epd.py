@@ -15,7 +15,6 @@ import asyncio
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,20 +23,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import httpx
 import numpy as np
 import openai
 import soundfile
 
-from tt_models.audio import speech_sample
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' server helpers (tests/server/process.py)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.server.process import free_port, wait_healthy  # noqa: E402
+from tt_models.audio import speech_sample  # noqa: E402
 
 
 @contextmanager
@@ -50,18 +44,7 @@ def started(command: list[str], log: Path, threads: int) -> Iterator[str]:
                                    stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"{' '.join(command[:2])} exited:\n{log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{' '.join(command[:2])} did not start")
-            time.sleep(0.5)
+        wait_healthy(url, process, log)
         yield url
     finally:
         process.terminate()

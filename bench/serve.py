@@ -21,9 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' server helpers (tests/server/process.py)
+
+from tests.server.process import wait_healthy  # noqa: E402
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",
@@ -109,15 +112,7 @@ def started_server(args: argparse.Namespace) -> Iterator[str]:
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start (exit code {process.poll()})")
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(1)
+        wait_healthy(url, process, seconds=600)
         yield url
     finally:
         process.terminate()

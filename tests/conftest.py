@@ -23,6 +23,15 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 os.environ.setdefault("TT_LOGGER_LEVEL", "error")
 mock.activate("n150")
 
+# Warnings that report a bug, as errors: an exception in a finalizer or ``__del__`` (say, a trace released through
+# the wrong backend), and one that ended a thread (an engine or server loop), which would otherwise only be printed.
+BUG_WARNINGS = ("error::pytest.PytestUnraisableExceptionWarning", "error::pytest.PytestUnhandledThreadExceptionWarning")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in BUG_WARNINGS:
+        config.addinivalue_line("filterwarnings", line)
+
 
 @pytest.fixture
 def host_device():

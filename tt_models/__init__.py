@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 # The offline-inference API, imported on first use: ``import tt_models`` (TT vLLM's plugin hook) stays light.
 _API = {
-    "LLM": "tt_models.engine.llm",
+    "LLM": "tt_models.speech.llm",  # the engine's LLM with transcribe (speech builds on the engine)
     "LLMEngine": "tt_models.engine.llm_engine",
     "SamplingParams": "tt_models.engine.sampling",
     "RequestOutputKind": "tt_models.engine.sampling",

@@ -9,7 +9,7 @@ import time
 
 import redis
 
-from tests.server.cases import free_port
+from tests.server.process import free_port
 
 
 class RedisServer:

@@ -11,7 +11,7 @@ import pytest
 import soundfile
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import BartConfig, LlamaConfig, MBartConfig, PreTrainedTokenizerFast
+from transformers import BartConfig, GenerationConfig, LlamaConfig, MBartConfig, PreTrainedTokenizerFast
 
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.checkpoints.whisper_ct2 import whisper_generation_config
@@ -309,8 +309,10 @@ def test_too_long_audio_bytes(whisper):
 
 def test_whisper_needs_its_generation_config_and_encoder_room(whisper_checkpoint):
     c = whisper_checkpoint
-    with pytest.raises(ValueError, match="Whisper needs its generation config"):
-        InputProcessor(c.config, c.tokenizer, processor=c.processor, max_model_len=448)
+    for generation_config in (None, GenerationConfig.from_model_config(c.config)):  # none, or without Whisper's
+        with pytest.raises(ValueError, match="Whisper needs its generation config"):
+            InputProcessor(c.config, c.tokenizer, processor=c.processor, generation_config=generation_config,
+                           max_model_len=448)
     with pytest.raises(ValueError, match="max_encoder_len 1000 is below Whisper's 1500 encoder positions"):
         InputProcessor(c.config, c.tokenizer, generation_config=c.generation_config, max_model_len=448,
                        max_encoder_len=1000)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from fastapi import FastAPI
 from tokenizers import processors
 from transformers import BartConfig, BartForConditionalGeneration, PreTrainedTokenizerFast
 
+from tests.server.process import free_port
 from tt_models import SamplingParams
 from tt_models.audio import load_audio, speech_sample
 from tt_models.checkpoints import load_hf_checkpoint
@@ -105,12 +105,6 @@ def save_tiny_bart(directory: Path) -> Path:
     BartForConditionalGeneration(config).eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerThread:

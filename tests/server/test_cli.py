@@ -16,7 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from tests.server.cases import free_port, metric
+from tests.server.cases import metric
+from tests.server.process import free_port, wait_healthy
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server import cli
 
@@ -39,14 +40,7 @@ def small_server(bart_dir, tmp_path_factory):
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.5)
+        wait_healthy(url, process, log, seconds=180)
         yield url
     finally:
         process.terminate()

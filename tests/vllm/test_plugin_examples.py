@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
-from tests.server.cases import free_port
+from tests.server.process import free_port, wait_healthy
 from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -101,13 +100,7 @@ def _servers(*servers: tuple[list[str], Path, Path]) -> Iterator[list[str]]:
             urls.append(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 300
         for process, url, (_, _, log) in zip(processes, urls, servers):
-            while True:
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-6000:]
-                try:
-                    if httpx.get(f"{url}/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(1)
+            wait_healthy(url, process, log, seconds=deadline - time.monotonic())
         yield urls
     finally:
         for process in processes:

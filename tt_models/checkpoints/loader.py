@@ -52,6 +52,7 @@ from tt_models.checkpoints.whisper_ct2 import (
     whisper_base_path,
     whisper_tiny_en_path,
 )
+from tt_models.checkpoints.whisper_generation import completed_generation_config
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Checkpoint:
     ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
     image processor of Llama 3.2 Vision directories with a ``preprocessor_config.json``; None otherwise.
     ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
+    An HF Whisper directory's is completed with the Whisper fields it lacks (``whisper_generation``).
     """
 
     config: PretrainedConfig
@@ -139,6 +141,11 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
     generation_config = None
     if (directory / "generation_config.json").is_file():  # e.g. Llama 3 instruct's several eos ids
         generation_config = GenerationConfig.from_pretrained(directory, local_files_only=True)
+    if config.model_type == "whisper":  # a config written from the model config lacks what Whisper decodes with
+        try:
+            generation_config = completed_generation_config(generation_config, config, tokenizer)
+        except ValueError as error:
+            raise ValueError(f"{directory}: {error}") from error
     return Checkpoint(config, weights.state_dict(), tokenizer, directory, processor=_image_processor(directory, config),
                       generation_config=generation_config)
 

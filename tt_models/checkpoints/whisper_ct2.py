@@ -41,6 +41,7 @@ from transformers import (
     WhisperTokenizer,
 )
 
+from tt_models.checkpoints.whisper_generation import MULTILINGUAL_VOCAB_SIZE, whisper_generation_values
 from tt_models.package_data import package_locations, pip_install
 
 SUPPORTED_BINARY_VERSIONS = range(4, 7)
@@ -52,7 +53,6 @@ _NUMPY_DTYPES = {_FLOAT32: np.float32, _INT8: np.int8, _INT16: np.int16, _INT32:
 # CTranslate2's ActivationType ids -> HF ACT2FN names (4, GELU with sigmoid approximation, has no HF twin).
 _ACTIVATIONS = {0: "relu", 1: "gelu_new", 2: "silu", 3: "gelu", 5: "tanh"}
 TIMESTAMP_COUNT = 1501  # <|0.00|> ... <|30.00|>, every 0.02 s
-MAX_INITIAL_TIMESTAMP_INDEX = 50  # the hub's value for all openai/whisper-* checkpoints
 
 
 # ---------------------------------------------------------------------------------------------- packaged models
@@ -418,50 +418,13 @@ def _english_spelling_mapping_or_none() -> dict[str, str] | None:
         return None
 
 
-def _token_id(tokenizer: WhisperTokenizer, token: str) -> int:
-    token_id = tokenizer.convert_tokens_to_ids(token)
-    if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
-        raise ValueError(f"The Whisper tokenizer has no {token}")
-    return token_id
-
-
 def whisper_generation_config(tokenizer: WhisperTokenizer, ct2_config: dict, vocab_size: int) -> GenerationConfig:
-    """The generation config of the matching openai/whisper-* hub checkpoint (without alignment heads).
-
-    English-only (vocabulary 51864): start ``<|startoftranscript|>`` forced to ``<|notimestamps|>`` next.
-    Multilingual (51865): ``<|startoftranscript|>``, the language (detected when not given), ``<|transcribe|>``;
-    ``lang_to_id`` and ``task_to_id`` let ``generate(language=..., task=...)`` work.
-    """
-    eot = _token_id(tokenizer, "<|endoftext|>")
-    sot = _token_id(tokenizer, "<|startoftranscript|>")
-    no_timestamps = _token_id(tokenizer, "<|notimestamps|>")
-    multilingual = vocab_size >= 51865
-    values = dict(
-        decoder_start_token_id=sot,
-        # The hub's files say 50257 here for both sizes; bos_token_id plays no part in Whisper generation.
-        bos_token_id=eot,
-        eos_token_id=eot,
-        pad_token_id=eot,
-        max_length=448,
-        no_timestamps_token_id=no_timestamps,
-        prev_sot_token_id=_token_id(tokenizer, "<|startofprev|>"),
-        suppress_tokens=list(ct2_config.get("suppress_ids", [])),
-        begin_suppress_tokens=list(ct2_config.get("suppress_ids_begin", [220, eot])),
-        max_initial_timestamp_index=MAX_INITIAL_TIMESTAMP_INDEX,
-        return_timestamps=False,
-        is_multilingual=multilingual,
-    )
-    if multilingual:
-        transcribe, translate = _token_id(tokenizer, "<|transcribe|>"), _token_id(tokenizer, "<|translate|>")
-        lang_ids = ct2_config.get("lang_ids") or range(sot + 1, translate)
-        values.update(
-            forced_decoder_ids=[[1, None], [2, transcribe]],
-            lang_to_id={tokenizer.convert_ids_to_tokens(i): i for i in lang_ids},
-            task_to_id={"transcribe": transcribe, "translate": translate},
-        )
-    else:
-        values.update(forced_decoder_ids=[[1, no_timestamps]])
-    return GenerationConfig(**values)
+    """The generation config of the matching openai/whisper-* hub checkpoint (without alignment heads): the fields
+    that follow from the tokenizer, and the suppressed tokens of the CT2 ``config.json``."""
+    values = whisper_generation_values(tokenizer, vocab_size >= MULTILINGUAL_VOCAB_SIZE, ct2_config.get("lang_ids"))
+    return GenerationConfig(**values, suppress_tokens=list(ct2_config.get("suppress_ids", [])),
+                            begin_suppress_tokens=list(ct2_config.get("suppress_ids_begin",
+                                                                      [220, values["eos_token_id"]])))
 
 
 @dataclass(frozen=True)

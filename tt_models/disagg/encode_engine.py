@@ -1,13 +1,13 @@
 """The engine of an encode instance: requests in, encoders run, encoder states out to prefill-decode instances.
 
-It has no KV cache. Requests are processed exactly as a prefill-decode instance processes them (the same
-``InputProcessor``, so bad input is refused here with the same error), then encoded first come first served, up
-to ``max_num_seqs`` requests and ``max_num_batched_tokens`` encoder positions per ``encode_forward`` call. For each request it sends the metadata to the prefill-decode
-instance the proxy chose, waits for the allocation notice, sends the states, waits for the injection notice and
-ends the request with an empty output (that end tells the proxy to send the request on). A request without an
-encoder input (a text-only request to an image+text model) ends at once. A request fails (``TransferError``) when
-the broker cannot be reached, when a notice is overdue, and when the broker went down while its messages were in
-flight (a restarted Redis has lost them).
+It has no KV cache. Requests enter as they enter a prefill-decode instance (``RequestIntake``: the same checks and
+``InputProcessor``, so bad input is refused here with the same error), then are encoded first come first served, up
+to ``max_num_seqs`` requests and ``max_num_batched_tokens`` encoder positions per ``encode_forward`` call. For each
+request it sends the metadata to the prefill-decode instance the proxy chose, waits for the allocation notice, sends
+the states, waits for the injection notice and ends the request with an empty output (that end tells the proxy to
+send the request on). A request without an encoder input (a text-only request to an image+text model) ends at
+once. A request fails (``TransferError``) when the broker cannot be reached, when a notice is overdue, and when the
+broker went down while its messages were in flight (a restarted Redis has lost them).
 
 It serves the same interface as :class:`~tt_models.engine.llm_engine.LLMEngine` to the server's engine loop.
 """
@@ -27,9 +27,9 @@ from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError
 from tt_models.disagg.connector import Connector
 from tt_models.disagg.routing import TransferError, prefill_decode_target
-from tt_models.engine.config import EngineConfig, max_encoder_len
+from tt_models.engine.config import EngineConfig
 from tt_models.engine.inputs import ProcessedInputs, PromptType
-from tt_models.engine.llm_engine import checked_params, input_processor
+from tt_models.engine.intake import RequestIntake
 from tt_models.engine.model_runner import generator_class
 from tt_models.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from tt_models.engine.sampling import SamplingParams
@@ -64,7 +64,7 @@ class EncodeRequest:
                              error=error)
 
 
-class EncodeEngine:
+class EncodeEngine(RequestIntake[EncodeRequest]):
     """``allocation_timeout``: how long a request waits for a prefill-decode pool to make room (long: waiting is
     backpressure, not failure); ``transfer_timeout``: how long for the injection notice once the states are sent;
     ``mesh_shape``: the mesh one encoder replica is tensor-parallel over."""
@@ -74,12 +74,8 @@ class EncodeEngine:
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, broker: Broker, *, backend: str | None = None,
                  optimizations: str | None = None, allocation_timeout: float = 600.0,
                  transfer_timeout: float = 30.0, mesh_shape: tuple[int, int] | None = None) -> None:
+        super().__init__(checkpoint, config)
         hf_config = checkpoint.config
-        self.checkpoint = checkpoint
-        self.tokenizer = checkpoint.tokenizer
-        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
-        self.config = config.resolve(hf_config, max_encoder_len(hf_config))
-        self.processor = input_processor(checkpoint, self.config)
         cls = generator_class(hf_config)
         if not (hasattr(cls, "encode_forward") and hasattr(cls, "write_cross_kv")):
             raise ValueError(f"{cls.__name__} cannot run on an encode instance: it has no encode_forward / "
@@ -91,7 +87,6 @@ class EncodeEngine:
         self.connector = Connector(broker, ("allocated", "injected"))
         self.allocation_timeout = allocation_timeout
         self.transfer_timeout = transfer_timeout
-        self.requests: dict[str, EncodeRequest] = {}
         self.waiting: deque[EncodeRequest] = deque()
         self._done: list[RequestOutput] = []  # ended without a model step (no encoder input, refused, failed)
         self.stats = {"encoded": 0}
@@ -118,14 +113,11 @@ class EncodeEngine:
                     previous_text: str | None = None, target: str | None = None) -> EncodeRequest:
         """Queue a request whose decoder runs on the prefill-decode instance ``target`` (default: the one the
         proxy named for the HTTP request being served). Raises ValueError as ``LLMEngine.add_request`` does."""
-        if request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use")
-        checked_params(params, self.processor, self.tokenizer)
         target = target or prefill_decode_target.get()
         if not target:
             raise ValueError("an encode instance serves requests through the proxy (tt-models proxy), which names "
                              "their prefill-decode instance")
-        inputs = self.processor.process(prompt, language=language, task=task, previous_text=previous_text)
+        _, inputs = self._accept(request_id, prompt, params, language=language, task=task, previous_text=previous_text)
         request = EncodeRequest(request_id, inputs, target, time.monotonic() if arrival_time is None else arrival_time)
         self.requests[request_id] = request
         if inputs.encoder_input is None:

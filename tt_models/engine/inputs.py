@@ -153,7 +153,7 @@ class InputProcessor:
             raise ValueError(f"{hf_config.model_type} config has neither decoder_start_token_id nor bos_token_id")
         if self.is_whisper:
             model_limit = hf_config.max_source_positions
-            if generation_config is None or generation_config.no_timestamps_token_id is None:
+            if getattr(generation_config, "no_timestamps_token_id", None) is None:
                 raise ValueError("Whisper needs its generation config (with no_timestamps_token_id): "
                                  "the default decoder prompt comes from it")
             self.generation_config = generation_config

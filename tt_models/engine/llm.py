@@ -1,10 +1,11 @@
-"""``tt_models.LLM``: vLLM's offline-inference class over tt-models' engine."""
+"""vLLM's offline-inference class over tt-models' engine; ``tt_models.LLM`` is its subclass with speech
+(``tt_models.speech.llm``: transcription builds on the engine, so the engine does not import it)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
@@ -14,9 +15,6 @@ from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.sampling import RequestOutputKind, SamplingParams
-
-if TYPE_CHECKING:  # tt_models.speech builds on this module: imported when transcribing
-    from tt_models.speech import Transcript
 
 
 class LLM:
@@ -100,39 +98,6 @@ class LLM:
                 engine.abort_request(request_id)
             raise
         return self._run(ids, use_tqdm)
-
-    def transcribe(self, audio: Any, *, language: str | None = None,
-                   task: Literal["transcribe", "translate"] = "transcribe", timestamps: bool = False,
-                   condition_on_previous_text: bool = False, prompt: str | None = None,
-                   temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
-                   compression_ratio_threshold: float | None = 2.4, logprob_threshold: float | None = -1.0,
-                   no_speech_threshold: float | None = 0.6, vad: bool = True) -> Transcript:
-        """Transcribe (or translate to English) one audio of any length with a Whisper model: ``(waveform, rate)``,
-        a 16 kHz waveform or the bytes of an audio file. Long audio is cut into windows of at most 30 s that run
-        as one batch of engine requests (``tt_models.speech``); ``timestamps`` gives timed segments, whose times
-        ``vad`` moves in to their speech. Without a ``language`` a multilingual model detects it. A window whose
-        text fails the thresholds is decoded again at the next of the ``temperature`` tuple (openai-whisper's
-        fallback and defaults; one temperature: no fallback). Raises ValueError for bad audio, language, task or
-        temperature."""
-        return self.transcribe_batch([audio], language=language, task=task, timestamps=timestamps,
-                                     condition_on_previous_text=condition_on_previous_text, prompt=prompt,
-                                     temperature=temperature, compression_ratio_threshold=compression_ratio_threshold,
-                                     logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-                                     vad=vad)[0]
-
-    def transcribe_batch(self, audios: Sequence[Any], **options: Any) -> list[Transcript]:
-        """:meth:`transcribe` for many audios at once, their windows batched together; every audio is checked
-        before any runs (a bad one raises ValueError naming its index)."""
-        from tt_models.speech import LongFormTranscription, TranscriptionOptions, run_transcriptions
-
-        settings = TranscriptionOptions(**options)
-        jobs = []
-        for i, audio in enumerate(audios):
-            try:
-                jobs.append(LongFormTranscription(self.llm_engine.processor, audio, settings))
-            except ValueError as e:
-                raise ValueError(f"audio {i}: {e}") from e
-        return run_transcriptions(self.llm_engine, jobs)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         engine = self.llm_engine

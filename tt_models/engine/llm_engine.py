@@ -17,15 +17,17 @@ import numpy as np
 import torch
 
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
-from tt_models.engine.config import EngineConfig, decoder_config, max_encoder_len
+from tt_models.engine.config import EngineConfig, decoder_config
 from tt_models.engine.detokenizer import IncrementalDetokenizer
-from tt_models.engine.inputs import InputProcessor, PromptType
+from tt_models.engine.inputs import PromptType
+from tt_models.engine.intake import RequestIntake
 from tt_models.engine.model_runner import ModelRunner
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.request import Request, RequestStatus, Sequence
 from tt_models.engine.sampler import Sampler
 from tt_models.engine.sampling import LogitsRules, RequestOutputKind, SamplingParams
 from tt_models.engine.scheduler import Scheduler, SchedulerOutput
+from tt_models.engine.structured_output import GrammarCompiler
 
 
 def _eos_token_ids(checkpoint: Checkpoint) -> list[int]:
@@ -38,38 +40,20 @@ def _eos_token_ids(checkpoint: Checkpoint) -> list[int]:
     return []
 
 
-def input_processor(checkpoint: Checkpoint, config: EngineConfig) -> InputProcessor:
-    """The checkpoint's prompt processing under a resolved config (every engine of a deployment processes alike)."""
-    return InputProcessor(checkpoint.config, checkpoint.tokenizer, processor=checkpoint.processor,
-                          generation_config=checkpoint.generation_config, max_model_len=config.max_model_len)
-
-
-def checked_params(params: SamplingParams | None, processor: InputProcessor, tokenizer: Any) -> SamplingParams:
-    """The request's sampling parameters (default: vLLM's); raises ValueError naming what the model cannot take."""
-    params = params or SamplingParams()
-    if not isinstance(params, SamplingParams):
-        raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
-    params.verify(processor.vocab_size, None if tokenizer is None else len(tokenizer))
-    return params
-
-
-class LLMEngine:
+class LLMEngine(RequestIntake[Request]):
     decodes = True  # an encode instance's engine (tt_models.disagg) does not
+
     def __init__(self, checkpoint: Checkpoint, config: EngineConfig, *, backend: str | None = None,
                  optimizations: str | None = None, generator: Any = None,
                  mesh_shape: tuple[int, int] | None = None) -> None:
-        hf_config = checkpoint.config
-        self.checkpoint = checkpoint
-        self.tokenizer = checkpoint.tokenizer
-        self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
-        self.config = config.resolve(hf_config, max_encoder_len(hf_config))
-        self.processor = input_processor(checkpoint, self.config)
+        super().__init__(checkpoint, config)
         eos_ids = _eos_token_ids(checkpoint)
         self.eos_token_id = eos_ids[0] if eos_ids else None
         self.other_eos_ids = eos_ids[1:]  # stop tokens of every request, as vLLM adds them
         rules = (LogitsRules.from_generation_config(checkpoint.generation_config)
                  if checkpoint.generation_config is not None else None)
         self.sampler = Sampler(rules)
+        self.grammars = GrammarCompiler(self.tokenizer, self.processor.vocab_size, eos_ids)
         # Greedy decode steps sample on the device when asked and the model can (TT vLLM's sample_on_device_mode:
         # tokens, not [B, V] logits, come back); the model's logits rules (Whisper's) need the host.
         self.sample_on_device = config.sample_on_device and self.sampler.rules.is_empty
@@ -81,7 +65,6 @@ class LLMEngine:
         if config.sample_on_device and not capabilities.get("supports_sample_on_device"):
             raise ValueError(f"sample_on_device: {type(self.runner.model).__name__} does not declare "
                              "supports_sample_on_device")
-        self.requests: dict[str, Request] = {}
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
         self._pending: list[tuple[Sequence, int, Any]] = []  # sampled, not yet detokenized nor stop-checked
@@ -116,13 +99,11 @@ class LLMEngine:
                     task: str | None = None, previous_text: str | None = None) -> Request:
         """Queue a request. Raises ValueError (naming the problem) for a bad prompt or parameters, and for a
         request that could never fit in the KV pool; nothing is queued then."""
-        if request_id in self.requests:
-            raise ValueError(f"request id {request_id!r} is already in use")
-        params = checked_params(params, self.processor, self.tokenizer)
+        params, inputs = self._accept(request_id, prompt, params, language=language, task=task,
+                                      previous_text=previous_text)
         extra_stops = [t for t in self.other_eos_ids if t not in params.stop_token_ids]
         if extra_stops and not params.ignore_eos:  # vLLM's update_from_generation_config
             params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_stops])
-        inputs = self.processor.process(prompt, language=language, task=task, previous_text=previous_text)
         request = Request(request_id, inputs, params, time.monotonic() if arrival_time is None else arrival_time,
                           self.eos_token_id, self.config.max_model_len)
         if params.n > self.config.max_num_seqs:
@@ -137,6 +118,8 @@ class LLMEngine:
         queue_limit = self.config.max_num_waiting
         if queue_limit is not None and len(self.scheduler.waiting) >= queue_limit:
             raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
+        if params.structured_outputs is not None:  # compiled here, on the engine's thread: a bad spec raises
+            request.grammar = self.grammars.compile(params.structured_outputs)
         replica = None
         if self.encoder_inbox is not None and inputs.encoder_len:
             replica = self.encoder_inbox.claim(request_id, inputs.encoder_len)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tt_models.engine.sampling import SamplingParams
+from tt_models.speech import Segment
 
 
 class OpenAIRequest(BaseModel):
@@ -293,27 +294,12 @@ class Transcription(BaseModel):
     usage: DurationUsage
 
 
-class TranscriptionSegment(BaseModel):
-    """One timed segment (``tt_models.speech.Segment``)."""
-
-    id: int
-    seek: int
-    start: float
-    end: float
-    text: str
-    tokens: list[int]
-    temperature: float
-    avg_logprob: float
-    compression_ratio: float
-    no_speech_prob: float | None
-
-
 class TranscriptionVerbose(BaseModel):
     task: Literal["transcribe", "translate"]
     language: str
     duration: float
     text: str
-    segments: list[TranscriptionSegment]
+    segments: list[Segment]  # OpenAI's segment fields, as tt_models.speech defines them
     usage: DurationUsage
 
 

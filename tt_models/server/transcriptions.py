@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from fastapi import Request, Response
 from fastapi.responses import PlainTextResponse
@@ -26,7 +26,7 @@ from tt_models.engine.outputs import RequestOutput
 from tt_models.server.async_engine import AsyncEngine
 from tt_models.server.errors import APIError, engine_errors
 from tt_models.server.protocol import (AudioResponseFormat, DurationUsage, TokenUsage, TranscriptDelta,
-                                       TranscriptDone, Transcription, TranscriptionSegment, TranscriptionVerbose)
+                                       TranscriptDone, Transcription, TranscriptionVerbose)
 from tt_models.server.serving import finish, json_response, new_id, submit
 from tt_models.server.streaming import DONE, event_stream, merge, sse, sse_error
 from tt_models.server.subtitles import Cue, srt, vtt
@@ -128,10 +128,9 @@ def _response(form: AudioRequest, transcript: Transcript) -> Response:
         return PlainTextResponse(srt(cues))
     if form.response_format == "vtt":
         return PlainTextResponse(vtt(cues), media_type="text/vtt")
-    segments = [TranscriptionSegment(**asdict(s)) for s in transcript.segments]  # OpenAI's fields, by name
     return json_response(TranscriptionVerbose(task=form.task, language=transcript.language_name,
-                                              duration=transcript.duration, text=transcript.text, segments=segments,
-                                              usage=usage))
+                                              duration=transcript.duration, text=transcript.text,
+                                              segments=transcript.segments, usage=usage))
 
 
 async def _events(job: LongFormTranscription, engine: AsyncEngine, response_id: str) -> AsyncIterator[str]:

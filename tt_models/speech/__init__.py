@@ -3,8 +3,9 @@
 Spoken-language detection for multilingual Whisper checkpoints (``language``), and long-form transcription
 (``transcribe``): audio of any length cut into windows at low-energy points (``windows``), run as batches of engine
 requests (a window whose text fails openai-whisper's thresholds again, at a higher temperature: ``fallback``),
-decoded with timestamp tokens into timed segments when asked (``timestamps``) and stitched. It builds
-engine requests and reads their outputs; it calls down into the engine and never the other way.
+decoded with timestamp tokens into timed segments when asked (``timestamps``) and stitched; ``tt_models.LLM``
+is the engine's offline class with ``transcribe`` (``llm``). It builds engine requests and reads their outputs; it
+calls down into the engine and never the other way.
 """
 
 from tt_models.speech.language import DetectedLanguage, LanguageDetector, detect_language

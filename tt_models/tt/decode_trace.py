@@ -8,14 +8,16 @@ tables, masks, sampling parameters) only reach the captured inputs by ``copy_hos
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable, Hashable
 
-from tt_models.runtime import ttnn, use
+from tt_models.runtime import active_api, ttnn
 from tt_models.tt.decode_inputs import HostInputs, to_device
 
 
 @dataclass
 class CapturedDecode:
+    api: ModuleType  # the ttnn API that captured it, which alone can release it
     device: Any
     trace_id: Any
     inputs: dict[str, Any]  # the persistent device inputs the trace reads
@@ -49,12 +51,12 @@ class DecodeTraces:
         trace_id = ttnn.begin_trace_capture(device, cq_id=0)
         outputs = forward(device_inputs)
         ttnn.end_trace_capture(device, trace_id, cq_id=0)
-        return CapturedDecode(device, trace_id, device_inputs, outputs)
+        return CapturedDecode(active_api(), device, trace_id, device_inputs, outputs)
 
     def release(self) -> None:
-        """Release every trace through its own device's API: a generator collected later may find another
-        backend's device the active one (a host generator freed while a mock device is open)."""
+        """Release every trace through the API that captured it: a generator collected later (by a finalizer, at
+        any point of any thread) may find another backend active (a host generator freed while a mock device is
+        open), and a finalizer must not change which one is."""
         for captured in self.captures.values():
-            with use(captured.device):
-                ttnn.release_trace(captured.device, captured.trace_id)
+            captured.api.release_trace(captured.device, captured.trace_id)
         self.captures.clear()
