@@ -9,7 +9,7 @@ same weights and audio, in float32:
   ``generate(return_timestamps=True)``: with digital silence between the pieces every segment's times are HF's
   within 0.1 s; over the noise floor the tokens are HF's up to a near tie (each side's token in the other's top 5)
   and the segments before it within 0.1 s; the server's verbose_json, srt and vtt of the clip equal ``LLM``'s;
-- 16 long-form requests at once against each alone.
+- 16 long-form requests at once (two distinct clips) against each alone.
 
 One engine serves every test: the offline batch runs first, then a real uvicorn server takes it over. Each HF
 reference runs once, in the test that reads it.
@@ -40,6 +40,7 @@ MODEL = "whisper-tiny.en"
 BATCH = 16
 CLIP_LAYOUT = ("s0", 2, "s2", "s3")  # the one-window clip: sentences and a call piece (longform's names)
 CLIP_SECONDS = 32  # the batched test's clips: two windows each
+DISTINCT = 2  # distinct clips among the 16 requests (each also runs alone: one sequential run each)
 WER_POINTS = 0.02  # the engine's WER may exceed HF long-form's by at most 2 points
 BOUNDARY_SECONDS = 1.0  # each piece's start and end against its segments'
 TIMESTAMP_SECONDS = 0.1  # segment times against HF generate(return_timestamps=True)
@@ -78,22 +79,22 @@ def llm():
 
 
 def batch_clips(samples: np.ndarray, pieces) -> list[np.ndarray]:
-    """Four distinct two-window clips of the recording, each starting 0.5 s before one of its first pieces."""
-    starts = [round((p.start - 0.5) * SAMPLE_RATE) for p in pieces[:4]]
+    """Distinct two-window clips of the recording, each starting 0.5 s before one of its first pieces."""
+    starts = [round((p.start - 0.5) * SAMPLE_RATE) for p in pieces[:DISTINCT]]
     return [samples[a:a + CLIP_SECONDS * SAMPLE_RATE] for a in starts]
 
 
 @pytest.fixture(scope="module")
 def offline(llm, recording, clip, quiet_clip):
     """One batch: the clip with segments (vad on, the default, and off), the quiet clip with segments (vad off),
-    and 16 requests of 4 two-window clips of the recording; then each of those clips alone."""
+    and 16 requests of two-window clips of the recording; then each of those clips alone."""
     processor = llm.llm_engine.processor
     timed = TranscriptionOptions(timestamps=True)
     clips = batch_clips(recording[2], recording[0].pieces)
     jobs = [LongFormTranscription(processor, (clip[2], SAMPLE_RATE), timed),
             LongFormTranscription(processor, (clip[2], SAMPLE_RATE), replace(timed, vad=False)),
             LongFormTranscription(processor, (quiet_clip[2], SAMPLE_RATE), replace(timed, vad=False)),
-            *(LongFormTranscription(processor, (clips[i % 4], SAMPLE_RATE)) for i in range(BATCH))]
+            *(LongFormTranscription(processor, (clips[i % DISTINCT], SAMPLE_RATE)) for i in range(BATCH))]
     single, raw, quiet, *together = run_transcriptions(llm.llm_engine, jobs)
     alone = [llm.transcribe((c, SAMPLE_RATE)) for c in clips]
     return single, raw, quiet, together, alone
@@ -144,7 +145,7 @@ def test_sixteen_long_form_requests_at_once_equal_each_alone(offline):
     together, alone = offline[3], offline[4]
     assert all(len({s.seek for s in t.segments}) >= 2 for t in alone)  # segments from two windows each, at least
     for i, transcript in enumerate(together):
-        reference = alone[i % 4]
+        reference = alone[i % DISTINCT]
         assert transcript.text == reference.text
         assert [(s.start, s.end, s.tokens) for s in transcript.segments] == \
             [(s.start, s.end, s.tokens) for s in reference.segments]
