@@ -13,6 +13,7 @@ _API = {
     "LLMEngine": "tt_models.engine.llm_engine",
     "SamplingParams": "tt_models.engine.sampling",
     "RequestOutputKind": "tt_models.engine.sampling",
+    "StructuredOutputsParams": "tt_models.engine.structured_output",
     "RequestOutput": "tt_models.engine.outputs",
     "CompletionOutput": "tt_models.engine.outputs",
     "TextPrompt": "tt_models.engine.inputs",

@@ -77,6 +77,7 @@ class LLMEngine(RequestIntake[Request]):
         return cls(load_hf_checkpoint(model), config, **kwargs)
 
     def close(self) -> None:
+        self.grammars.close()
         if self.encoder_inbox is not None:
             self.encoder_inbox.stop()
         self.runner.close()
@@ -118,8 +119,8 @@ class LLMEngine(RequestIntake[Request]):
         queue_limit = self.config.max_num_waiting
         if queue_limit is not None and len(self.scheduler.waiting) >= queue_limit:
             raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
-        if params.structured_outputs is not None:  # compiled here, on the engine's thread: a bad spec raises
-            request.grammar = self.grammars.compile(params.structured_outputs)
+        if params.structured_outputs is not None:  # checked here (a bad one raises), compiled on a worker thread
+            request.grammar = self.grammars.submit(params.structured_outputs)
         replica = None
         if self.encoder_inbox is not None and inputs.encoder_len:
             replica = self.encoder_inbox.claim(request_id, inputs.encoder_len)
@@ -156,6 +157,21 @@ class LLMEngine(RequestIntake[Request]):
         checked for stops: that host work runs while the device computes, and this step returns the previous
         step's outputs. A sequence that turns out to have stopped still ran in this step; its token is discarded.
         """
+        failed = self._fail_uncompiled()
+        return failed + self._step() if failed else self._step()
+
+    def _fail_uncompiled(self) -> list[RequestOutput]:
+        """End the waiting requests whose grammar failed to compile, with that error; the others keep running."""
+        outputs = []
+        for request in [r for r in self.scheduler.waiting if r.grammar is not None and r.grammar.done()
+                        and r.grammar.exception() is not None]:
+            output = self.abort_request(request.request_id)
+            output.error = ValueError(f"request {request.request_id!r}: its structured outputs grammar failed to "
+                                      f"compile: {request.grammar.exception()}")
+            outputs.append(output)
+        return outputs
+
+    def _step(self) -> list[RequestOutput]:
         self.service()
         out = self.scheduler.schedule()
         for seq in out.preempted:

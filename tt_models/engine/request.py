@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import ProcessedInputs
 from tt_models.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop, check_stop_tokens
+from tt_models.engine.structured_output import Guide
+
+if TYPE_CHECKING:
+    from xgrammar import CompiledGrammar
 
 
 class RequestStatus(enum.Enum):
@@ -36,7 +42,9 @@ class Sequence:
         self.token_ids = list(request.inputs.prompt_token_ids)
         self.num_computed = 0  # tokens whose K/V is in the cache
         self.redo_last_block = False  # its copy of a shared last block must be recomputed (copy-on-write)
-        self.state = RowState(params, request.inputs.prompt_token_ids, eos_token_id=request.eos_token_id)
+        # Outputs survive preemption (swapped or recomputed), so the guide, fed each token once, stays in step.
+        guide = None if request.grammar is None else Guide(request.grammar)
+        self.state = RowState(params, request.inputs.prompt_token_ids, eos_token_id=request.eos_token_id, guide=guide)
         self.output_token_ids = self.state.output_token_ids  # the same list: the sampler's penalties read it
         self.detokenizer = detokenizer
         # Without stop strings no step needs the text: the detokenizer catches up when an output is built
@@ -72,6 +80,8 @@ class Sequence:
         :meth:`commit_token`: the engine may run the next step first."""
         self.token_ids.append(token_id)
         self.output_token_ids.append(token_id)
+        if self.state.guide is not None:
+            self.state.guide.accept(token_id)
 
     def commit_token(self, token_id: int, logprobs: TokenLogprobs | None) -> None:
         """Detokenize the token :meth:`add_token` added last (unless the text is built lazily), record its logprobs
@@ -121,6 +131,8 @@ class Request:
         self.request_id = request_id
         self.inputs = inputs
         self.params = params
+        # Its structured outputs constraint, which each sequence follows, compiling until the future is done.
+        self.grammar: Future[CompiledGrammar] | None = None
         self.eos_token_id = eos_token_id
         self.status = RequestStatus.WAITING
         self.replica = 0  # the data-parallel replica it runs on, for its whole life (Scheduler.place)
@@ -133,6 +145,11 @@ class Request:
         # No sequence may outgrow the model's context, whatever max_tokens says.
         room = max_model_len - len(inputs.prompt_token_ids)
         self.max_new_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
+
+    @property
+    def ready(self) -> bool:
+        """It can be scheduled: it has no grammar or its grammar is compiled."""
+        return self.grammar is None or self.grammar.done()
 
     @property
     def encoder_len(self) -> int:

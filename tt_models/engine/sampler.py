@@ -14,9 +14,10 @@ a sort: 25 ms), so each row is touched only as often as vLLM's semantics need:
 - a draw from a whole row inverts its cumulative distribution blockwise (block sums, then one block's cumsum);
 - penalties touch only the ids each row has seen, for all rows in one gather and one scatter.
 
-Order and semantics are vLLM 0.25.1's (``vllm/v1/sample/sampler.py`` and ``ops/``): allowed_token_ids, min_tokens,
-penalties, the model's rules, then greedy argmax or temperature -> min_p -> top-k -> top-p -> a draw. Logprobs are
-vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the logits as the model returned them.
+Order and semantics are vLLM 0.25.1's (``vllm/v1/sample/sampler.py`` and ``ops/``): the grammar's mask,
+allowed_token_ids, min_tokens, penalties, the model's rules, then greedy argmax or temperature -> min_p -> top-k ->
+top-p -> a draw. Logprobs are vLLM's default ``logprobs_mode="raw_logprobs"``: the log-softmax of the logits as the
+model returned them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from tt_models.engine.sampling import LogitsRules, RowState, SamplerOutput, TokenLogprobs, take_rows
+from tt_models.engine.structured_output import apply_guides
 
 BLOCK = 128  # the width of the blocks top_k searches (it divides the vocabularies of Llama, Qwen2, Mistral, SmolLM2)
 NUCLEUS_START = 64  # top-p's first candidate count, multiplied by 4 until the nucleus is inside
@@ -40,11 +42,12 @@ class Sampler:
         self.rules = rules or LogitsRules()
 
     def process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
-        """The steps that can change the greedy choice, on a float32 copy: allowed_token_ids, min_tokens,
-        penalties, rules."""
+        """The steps that can change the greedy choice, on a float32 copy: the grammar, allowed_token_ids,
+        min_tokens, penalties, rules."""
         return self._process(logits.to(torch.float32, copy=True, memory_format=torch.contiguous_format), rows)
 
     def _process(self, logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
+        apply_guides(logits, [r.guide for r in rows])  # first, as vLLM's runner masks the logits it samples
         _apply_allowed_token_ids(logits, rows)
         _apply_min_tokens(logits, rows)
         _apply_penalties(logits, rows)

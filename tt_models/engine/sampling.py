@@ -19,6 +19,8 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
+from tt_models.engine.structured_output import Guide, StructuredOutputsParams
+
 logger = logging.getLogger(__name__)
 
 _SAMPLING_EPS = 1e-5  # temperatures below this are greedy
@@ -46,6 +48,8 @@ class SamplingParams:
     each step, beside the sampled token's (vLLM's scoring of label tokens, e.g. Whisper's languages).
     ``extra_args`` is vLLM's field for what custom sampling code reads; here ``{"timestamps": True}`` asks for
     Whisper's timestamp rules (:class:`TimestampRules`) on the request, ignored by models without them.
+    ``structured_outputs`` constrains the output to a JSON schema, regex, choice or grammar
+    (``tt_models.engine.structured_output``).
     """
 
     n: int = 1
@@ -68,6 +72,7 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None
     logprob_token_ids: list[int] | None = None
     extra_args: dict[str, Any] | None = None
+    structured_outputs: StructuredOutputsParams | None = None
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self) -> None:
@@ -134,6 +139,9 @@ class SamplingParams:
             ids = getattr(self, name)
             if ids is not None and not all(isinstance(t, int) for t in ids):
                 raise ValueError(f"{name} must contain only integers, got {ids}.")
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise ValueError(f"structured_outputs must be a StructuredOutputsParams, got "
+                             f"{type(self.structured_outputs).__name__}")
         if any(not s for s in self.stop):
             raise ValueError("stop cannot contain an empty string.")
         if self.allowed_token_ids is not None and len(self.allowed_token_ids) == 0:
@@ -293,6 +301,7 @@ class RowState:
     prompt_token_ids: Sequence[int]
     output_token_ids: list[int] = field(default_factory=list)
     eos_token_id: int | None = None
+    guide: Guide | None = None  # the row's grammar, with structured outputs
     generator: torch.Generator | None = field(init=False, default=None)
     allowed_ids: torch.Tensor | None = field(init=False, default=None)  # the params' lists as index tensors,
     logprob_ids: torch.Tensor | None = field(init=False, default=None)  # built once, not at every step
@@ -304,8 +313,8 @@ class RowState:
     _counts: dict[int, int] = field(init=False, default_factory=dict)
     _seen: dict[int, None] = field(init=False, default_factory=dict)
     _counted: int = field(init=False, default=0)
-    # Decided once, not per step: some step may change this row's logits before it is sampled (allowed ids,
-    # min_tokens, penalties, timestamp rules); greedy on the logits as they are, no logprobs (the fast path).
+    # Decided once, not per step: some step may change this row's logits before it is sampled (grammar, allowed
+    # ids, min_tokens, penalties, timestamp rules); greedy on the logits as they are, no logprobs (the fast path).
     processed: bool = field(init=False, default=False)
     plain_greedy: bool = field(init=False, default=False)
 
@@ -320,7 +329,8 @@ class RowState:
             self._seen = dict.fromkeys(self.prompt_token_ids)
         self.timestamps = bool((self.params.extra_args or {}).get("timestamps"))
         p = self.params
-        self.processed = (self.allowed_ids is not None or p.min_tokens > 0 or self.penalized or self.timestamps)
+        self.processed = (self.allowed_ids is not None or p.min_tokens > 0 or self.penalized or self.timestamps
+                          or self.guide is not None)
         self.plain_greedy = p.greedy and p.num_logprobs is None and not self.processed
 
     @property

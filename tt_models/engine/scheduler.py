@@ -5,11 +5,12 @@ As TT vLLM's runner does, a step is all prefill or all decode, never mixed. The 
 1. A prefill step runs whenever there is prefill work: running sequences with uncomputed prompt tokens
    (later chunks, recomputation, a copy-on-write block to rebuild), then, while no request is swapped out,
    waiting requests admitted in arrival order (FCFS: admission stops at the first request that does not
-   fit, except for requests that hold their cross blocks already) while there are free blocks, free slots
-   and prefill token budget. An encoder that runs in the step spends its input length of the budget (a
-   larger one runs alone), so encoder-decoder prefills spread over steps and the first requests get their
-   first token sooner. With chunked prefill the last sequence takes what is left of the budget and
-   continues in later steps (``start_pos > 0``); without it, a prompt runs whole.
+   fit, except for requests that hold their cross blocks already; one whose grammar is still compiling is
+   passed over) while there are free blocks, free slots and prefill token budget. An encoder that runs in
+   the step spends its input length of the budget (a larger one runs alone), so encoder-decoder prefills
+   spread over steps and the first requests get their first token sooner. With chunked prefill the last
+   sequence takes what is left of the budget and continues in later steps (``start_pos > 0``); without it,
+   a prompt runs whole.
 2. Otherwise a decode step runs the last token of every running sequence. A sequence that needs a block
    when none is free preempts the most recently admitted request: by swapping its blocks to host memory,
    or by freeing them and recomputing it later from its tokens, which gives the same output.
@@ -197,8 +198,8 @@ class Scheduler:
             if budget <= 0:
                 break
             holds_blocks = self.kvs[request.replica].has_cross(request.request_id)
-            if request.replica in blocked and not holds_blocks:
-                continue
+            if not request.ready or request.replica in blocked and not holds_blocks:
+                continue  # (a request whose grammar is compiling lets the others by, as in vLLM)
             if not self._admit(request):
                 if not holds_blocks:
                     blocked.add(request.replica)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tt_models.engine.sampling import SamplingParams
+from tt_models.engine.structured_output import StructuredOutputsParams
 from tt_models.speech import Segment
 
 
@@ -57,6 +58,22 @@ class StreamOptions(OpenAIRequest):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(OpenAIRequest):
+    name: str
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")  # (pydantic's models own ``schema``)
+    strict: bool | None = None
+
+
+class ResponseFormat(OpenAIRequest):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+# vLLM's older extra fields, each one kind of structured outputs constraint.
+_GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
+
+
 class SamplingRequest(OpenAIRequest):
     """The generation fields completions and chat share."""
 
@@ -72,7 +89,13 @@ class SamplingRequest(OpenAIRequest):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    response_format: ResponseFormat | None = None
     # vLLM extras.
+    structured_outputs: dict[str, Any] | None = None  # StructuredOutputsParams' fields
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
@@ -98,7 +121,28 @@ class SamplingRequest(OpenAIRequest):
             min_tokens=self.min_tokens, presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
             ignore_eos=self.ignore_eos, logprobs=logprobs, skip_special_tokens=self.skip_special_tokens,
-            include_stop_str_in_output=self.include_stop_str_in_output)
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            structured_outputs=self.structured_outputs_params())
+
+    def structured_outputs_params(self) -> StructuredOutputsParams | None:
+        """The request's constraint, from vLLM's ``structured_outputs``, the ``guided_*`` fields and
+        ``response_format`` together (as vLLM merges them: more than one kind is refused); raises ValueError."""
+        constraint = dict(self.structured_outputs or {})
+        constraint.update((kind, getattr(self, name)) for name, kind in _GUIDED.items()
+                          if getattr(self, name) is not None)
+        response_format = self.response_format
+        if response_format is not None and response_format.type == "json_object":
+            constraint["json_object"] = True
+        elif response_format is not None and response_format.type == "json_schema":
+            if response_format.json_schema is None or response_format.json_schema.json_schema is None:
+                raise ValueError("response_format of type json_schema needs json_schema.schema")
+            constraint["json"] = response_format.json_schema.json_schema
+        if not constraint:
+            return None
+        try:
+            return StructuredOutputsParams(**constraint)
+        except TypeError as error:  # a field StructuredOutputsParams does not have
+            raise ValueError(f"structured_outputs: {error}") from None
 
 
 # /v1/completions.
