@@ -132,15 +132,18 @@ class ServerThread:
 _SAMPLE = re.compile(r'^(?P<name>[\w:]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample of Prometheus exposition ``text``; 0 when absent."""
+def metric(text: str, name: str, default: float | None = None, **labels: str) -> float:
+    """The value of one sample of Prometheus exposition ``text``. A missing sample fails the test (a renamed or
+    vanished gauge must not read as 0), unless a ``default`` is given: a labelled counter has no sample before its
+    first increment."""
     for line in text.splitlines():
         match = _SAMPLE.match(line)
         if match and match["name"] == name:
             found = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
             if all(found.get(k) == v for k, v in labels.items()):
                 return float(match["value"])
-    return 0.0
+    assert default is not None, f"no sample of {name} with {labels} in the metrics"
+    return default
 
 
 def silence_wav(seconds: float) -> bytes:

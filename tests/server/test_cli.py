@@ -90,13 +90,13 @@ def test_full_queue_is_503_and_closed_streams_free_their_blocks(small_server):
 
 
 def test_a_client_that_gives_up_on_a_plain_request_aborts_it(small_server):
-    aborted_before = metric(httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total",
+    aborted_before = metric(httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total", 0.0,
                             model_name=NAME, finish_reason="abort")
     body = {"model": NAME, "prompt": "Hello world", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):  # 1000 steps take seconds: the client leaves first
         httpx.post(f"{small_server}/v1/completions", json=body, timeout=1.5)
     deadline = time.monotonic() + 30
-    while metric(text := httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total",
+    while metric(text := httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total", 0.0,
                  model_name=NAME, finish_reason="abort") == aborted_before:
         assert time.monotonic() < deadline, text
         time.sleep(0.2)

@@ -91,11 +91,11 @@ def test_64_mixed_streams_and_10_disconnects(server, references, http):
         time.sleep(0.5)
     assert idle, text
     aborted = (metric(text, "tt_models:request_finished_total", model_name=LLAMA, finish_reason="abort")
-               - metric(before, "tt_models:request_finished_total", model_name=LLAMA, finish_reason="abort"))
+               - metric(before, "tt_models:request_finished_total", 0.0, model_name=LLAMA, finish_reason="abort"))
     assert aborted == 10
     generated = (metric(text, "tt_models:generation_tokens_total", model_name=BART)
-                 - metric(before, "tt_models:generation_tokens_total", model_name=BART))
+                 - metric(before, "tt_models:generation_tokens_total", 0.0, model_name=BART))
     assert generated == sum(len(references.bart[i % len(BART_PROMPTS)].outputs[0].token_ids) for i in range(24))
     transcribed = (metric(text, "tt_models:time_to_first_token_seconds_count", model_name=WHISPER)
-                   - metric(before, "tt_models:time_to_first_token_seconds_count", model_name=WHISPER))
+                   - metric(before, "tt_models:time_to_first_token_seconds_count", 0.0, model_name=WHISPER))
     assert transcribed == 8
