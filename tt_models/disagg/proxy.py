@@ -64,15 +64,19 @@ def _stream_error(body: bytes) -> str | None:
 
 
 class Proxy:
+    """``upstream_api_key``: the key the instances require (``tt-models serve --api-key``), sent on every request
+    to them; the clients' own ``Authorization`` is never forwarded."""
+
     def __init__(self, encode: Sequence[str], prefill_decode: Sequence[str], *, encode_timeout: float = 300.0,
-                 startup_timeout: float = 120.0) -> None:
+                 startup_timeout: float = 120.0, upstream_api_key: str | None = None) -> None:
         if not encode or not prefill_decode:
             raise ValueError("a proxy needs at least one encode and one prefill-decode instance")
         self.encoders = [Instance(url.rstrip("/"), "encode") for url in encode]
         self.decoders = [Instance(url.rstrip("/"), "prefill_decode") for url in prefill_decode]
         self.encode_timeout = encode_timeout
         self.startup_timeout = startup_timeout
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        upstream = {"authorization": f"Bearer {upstream_api_key}"} if upstream_api_key else None
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), headers=upstream)
         self._ties = itertools.count()
         self.registry = CollectorRegistry()
         self.outstanding = Gauge("tt_models_proxy:outstanding_requests", "Requests in flight per instance.",

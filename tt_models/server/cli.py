@@ -18,6 +18,7 @@ from tt_models.disagg.proxy import Proxy, create_proxy_app
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.server.app import create_app
+from tt_models.server.auth import API_KEY_ENV, BearerAuth, api_keys
 
 logger = logging.getLogger("tt_models.server")
 
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=["ttnn", "mock", "host"],
                        help="where TT-NN runs (default: a TT device if present, else the host backend)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--api-key", action="append", metavar="KEY",
+                       help=f"require 'Authorization: Bearer KEY' on every /v1 route (repeatable; default: "
+                            f"${API_KEY_ENV}; none: open)")
     disagg = serve.add_argument_group("encoder disaggregation", "an instance of a deployment behind `tt-models proxy`")
     disagg.add_argument("--role", choices=["both", "encode", "prefill_decode"], default="both",
                         help="encode: run encoders only; prefill_decode: decode with encoder outputs received through "
@@ -80,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     proxy.add_argument("--encode-timeout", type=float, default=300.0,
                        help="seconds an encode instance may take for a request before the client gets 504")
     proxy.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    proxy.add_argument("--api-key", action="append", metavar="KEY",
+                       help=f"require 'Authorization: Bearer KEY' on every /v1 route (repeatable; default: "
+                            f"${API_KEY_ENV}; none: open)")
+    proxy.add_argument("--upstream-api-key", metavar="KEY", help="the key the proxy sends to the instances")
     proxy.set_defaults(run=proxy_command)
     return parser
 
@@ -131,14 +139,22 @@ def serve_command(args: argparse.Namespace) -> None:
     # stopped it, so code after ``uvicorn.run`` never runs then.
     if args.role != "both" and not args.instance_name:
         args.instance_name = f"{args.role}-{socket.gethostname()}-{args.port}-{os.getpid()}"
+    keys = api_keys(args.api_key)  # checked before the models load
     app = create_app(build_engines(args), close_engines=True, role=args.role, instance=args.instance_name)
+    if keys:
+        app.add_middleware(BearerAuth, keys=keys)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
 def proxy_command(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    proxy = Proxy(args.encode, args.prefill_decode, encode_timeout=args.encode_timeout)
-    uvicorn.run(create_proxy_app(proxy), host=args.host, port=args.port, log_level=args.log_level)
+    keys = api_keys(args.api_key)
+    proxy = Proxy(args.encode, args.prefill_decode, encode_timeout=args.encode_timeout,
+                  upstream_api_key=args.upstream_api_key)
+    app = create_proxy_app(proxy)
+    if keys:
+        app.add_middleware(BearerAuth, keys=keys)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

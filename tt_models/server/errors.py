@@ -21,7 +21,8 @@ from tt_models.server.protocol import ErrorInfo, ErrorResponse
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error"}
+_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+          413: "invalid_request_error"}
 
 
 class APIError(Exception):

@@ -1,0 +1,52 @@
+"""API keys, as vLLM's ``--api-key``: every ``/v1`` route needs ``Authorization: Bearer KEY``, answered with OpenAI's
+401 otherwise. ``/health``, ``/metrics`` and ``/disagg/info`` stay open: orchestrators, Prometheus and the proxy's
+discovery read them, and they carry no prompts."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import Sequence
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tt_models.server.errors import APIError
+
+API_KEY_ENV = "TT_MODELS_API_KEY"
+
+
+def api_keys(given: Sequence[str] | None) -> list[str]:
+    """The keys of ``--api-key`` (repeatable), else ``$TT_MODELS_API_KEY``; none leaves the server open."""
+    keys = list(given or []) or ([os.environ[API_KEY_ENV]] if os.environ.get(API_KEY_ENV) else [])
+    if any(not key.strip() for key in keys):
+        raise ValueError("an API key must not be empty")
+    return keys
+
+
+class BearerAuth:
+    """ASGI middleware (a plain one: streamed responses pass through untouched) that refuses ``/v1`` requests
+    without one of ``keys``."""
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+        if not keys:
+            raise ValueError("BearerAuth needs at least one API key")
+        self.app = app
+        self._keys = [key.encode() for key in keys]
+        error = APIError(401, "Invalid or missing API key: send the header 'Authorization: Bearer <key>'",
+                         code="invalid_api_key")
+        self._refusal = json.dumps(error.body().model_dump()).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._authorized(scope):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": self._refusal})
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+        scheme, _, token = header.partition(b" ")
+        # Every key compared, each in constant time: how long a refusal takes says nothing of the keys.
+        return scheme.lower() == b"bearer" and any([hmac.compare_digest(token.strip(), key) for key in self._keys])
