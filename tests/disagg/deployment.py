@@ -24,7 +24,7 @@ from tt_models.audio import speech_sample
 BART, WHISPER = "bart", "whisper"
 MODEL_ARGS = ["--max-num-seqs", "16", "--max-model-len", "256", "--backend", "host", "--optimizations", "accuracy",
               "--log-level", "warning"]
-TRANSFER_TIMEOUT = 15.0  # seconds; --transfer-timeout of every instance (5 s failed requests on a loaded 2-core machine)
+TRANSFER_TIMEOUT = 15.0  # seconds; --transfer-timeout of every instance (5 s failed requests on a loaded machine)
 BART_MAX_TOKENS = 8
 
 

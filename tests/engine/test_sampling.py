@@ -37,6 +37,8 @@ def row(prompt=(), output=(), eos=None, **params) -> RowState:
     ({"top_k": -2}, "top_k must be 0 (disable), or at least 1"),
     ({"min_p": 1.5}, "min_p must be in [0, 1]"),
     ({"max_tokens": 0}, "max_tokens must be at least 1"),
+    ({"seed": 2**64, "temperature": 1.0}, "seed must be in [-2**63, 2**64), got 18446744073709551616"),
+    ({"seed": -2**63 - 1}, "seed must be in [-2**63, 2**64)"),
     ({"min_tokens": -1}, "min_tokens must be greater than or equal to 0"),
     ({"min_tokens": 5, "max_tokens": 4}, "min_tokens must be less than or equal to max_tokens=4"),
     ({"logprobs": -2}, "logprobs must be non-negative or -1"),

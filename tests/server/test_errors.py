@@ -34,6 +34,7 @@ CASES = {  # name: (path, request, status, words the message must contain)
     "wrong-type": ("/v1/completions", completion(max_tokens="many"), 400, "max_tokens"),
     "bad-temperature": ("/v1/completions", completion(temperature=5), 400, "temperature must be in [0, 2]"),
     "greedy-n": ("/v1/completions", completion(temperature=0, n=2), 400, "n must be 1 when using greedy"),
+    "huge-seed": ("/v1/completions", completion(temperature=1.0, seed=2**64), 400, "seed must be in [-2**63, 2**64)"),
     "empty-prompt": ("/v1/completions", completion(prompt=""), 400, "prompt is empty"),
     "unknown-model": ("/v1/completions", completion(model="gpt-17"), 404, "`gpt-17` does not exist"),
     "unknown-chat-model": ("/v1/chat/completions", {"json": {"model": "gpt-17", "messages": [

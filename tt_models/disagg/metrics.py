@@ -35,7 +35,8 @@ class DisaggState(Collector):
                                        labels=["model_name", "channel", "direction"])
         nbytes = CounterMetricFamily("tt_models:broker_bytes", "Broker payload bytes.",
                                      labels=["model_name", "channel", "direction"])
-        outcomes = CounterMetricFamily("tt_models:encoder_outputs", "Encoder outputs received, by outcome (waited: found the pool full first).",
+        outcomes = CounterMetricFamily("tt_models:encoder_outputs",
+                                       "Encoder outputs received, by outcome (waited: found the pool full first).",
                                        labels=["model_name", "outcome"])
         for name, engine in self.engines.items():
             if not isinstance(engine, EncodeEngine) and engine.encoder_inbox is None:

@@ -104,6 +104,10 @@ class SamplingParams:
             raise ValueError(f"n must be at least 1, got {self.n}.")
         if self.n > _MAX_N:
             raise ValueError(f"n must be at most {_MAX_N}, got {self.n}.")
+        # What a torch.Generator takes (vLLM 0.25.1 does not check it; its runner fails with "Overflow when
+        # unpacking long long" later, for the whole batch).
+        if self.seed is not None and not -2**63 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [-2**63, 2**64), got {self.seed}.")
         if not -2.0 <= self.presence_penalty <= 2.0:
             raise ValueError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
         if not -2.0 <= self.frequency_penalty <= 2.0:

@@ -38,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=32, help="sequences per decode step (at most 32)")
     serve.add_argument("--block-size", type=int, default=64, help="tokens per KV block (a multiple of 32)")
     serve.add_argument("--max-model-len", type=int, help="decoder context (default: the model's)")
-    serve.add_argument("--num-kv-blocks", type=int, help="KV pool size in blocks (default: 90%% of the DRAM left after the weights; 1 GiB on the host backend)")
+    serve.add_argument("--num-kv-blocks", type=int, help="KV pool size in blocks (default: 90%% of the DRAM left "
+                                                         "after the weights; 1 GiB on the host backend)")
     serve.add_argument("--max-num-batched-tokens", type=int, help="prefill tokens per step")
     serve.add_argument("--mesh-shape", type=_mesh_shape, metavar="RxC",
                        help="the device mesh, e.g. 1x8 for a T3K (default: 1x<data-parallel-size>); each replica is "
