@@ -68,6 +68,7 @@ class LLMEngine(RequestIntake[Request]):
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
         self._pending: list[tuple[Sequence, int, Any]] = []  # sampled, not yet detokenized nor stop-checked
+        self._compiling: list[Request] = []  # requests whose grammar was still compiling at the last step
         self._seq_ids = itertools.count()
         self._identity = list(range(self.config.max_num_seqs))  # rows of logits that need no picking
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
@@ -121,6 +122,7 @@ class LLMEngine(RequestIntake[Request]):
             raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
         if params.structured_outputs is not None:  # checked here (a bad one raises), compiled on a worker thread
             request.grammar = self.grammars.submit(params.structured_outputs)
+            self._compiling.append(request)
         replica = None
         if self.encoder_inbox is not None and inputs.encoder_len:
             replica = self.encoder_inbox.claim(request_id, inputs.encoder_len)
@@ -157,18 +159,21 @@ class LLMEngine(RequestIntake[Request]):
         checked for stops: that host work runs while the device computes, and this step returns the previous
         step's outputs. A sequence that turns out to have stopped still ran in this step; its token is discarded.
         """
-        failed = self._fail_uncompiled()
-        return failed + self._step() if failed else self._step()
+        failed = self._compiled() if self._compiling else []
+        return failed + self._step()
 
-    def _fail_uncompiled(self) -> list[RequestOutput]:
-        """End the waiting requests whose grammar failed to compile, with that error; the others keep running."""
+    def _compiled(self) -> list[RequestOutput]:
+        """Take the requests whose grammar finished compiling off the watch list; those whose compile failed end
+        with that error (the others keep running)."""
         outputs = []
-        for request in [r for r in self.scheduler.waiting if r.grammar is not None and r.grammar.done()
-                        and r.grammar.exception() is not None]:
-            output = self.abort_request(request.request_id)
-            output.error = ValueError(f"request {request.request_id!r}: its structured outputs grammar failed to "
-                                      f"compile: {request.grammar.exception()}")
-            outputs.append(output)
+        for request in [r for r in self._compiling if r.grammar.done()]:
+            self._compiling.remove(request)
+            error = request.grammar.exception()
+            if error is not None and self.requests.get(request.request_id) is request:  # (not aborted meanwhile)
+                output = self.abort_request(request.request_id)
+                output.error = ValueError(f"request {request.request_id!r}: its structured outputs grammar failed "
+                                          f"to compile: {error}")
+                outputs.append(output)
         return outputs
 
     def _step(self) -> list[RequestOutput]:
