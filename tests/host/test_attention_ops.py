@@ -126,6 +126,30 @@ def test_paged_decode_non_causal_with_mask_matches_golden(dev, users, nkv, group
     assert_close(out, ref, dtype)
 
 
+@settings(max_examples=30, deadline=None)
+@given(users=st.integers(2, 6), sets=st.integers(1, 3), nkv=st.sampled_from([1, 2]), group=st.sampled_from([1, 4]),
+       nb=st.integers(1, 3), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_paged_decode_users_sharing_blocks_equal_users_with_copies(dev, users, sets, nkv, group, nb, causal, seed):
+    """Users whose page-table rows name the same blocks (a request's rows in a cross-attention prefill) get, bit
+    for bit, what they get when each reads its own copy of those blocks: sharing saves copies, not accuracy."""
+    g = torch.Generator().manual_seed(seed)
+    bs, dim = 32, 64
+    k, v, table = paged_kv(g, sets, nkv, bs, dim, nb, "bfloat16", dev)
+    owner = torch.randint(0, sets, (users,), generator=g)
+    shared = table[owner]
+    # The copies: each user's blocks duplicated into fresh blocks at the end of the pools.
+    copies = torch.arange(users * nb).reshape(users, nb) + k.shape[0]
+    k2, v2 = (tile(torch.cat([c.value, c.value[shared.flatten()]]), "bfloat16", dev) for c in (k, v))
+    q = tile(torch.randn(1, users, nkv * group, dim, generator=g), "bfloat16", dev)
+    pos = torch.randint(-1, nb * bs, (users,), generator=g) if causal else None
+    kwargs = dict(cur_pos_tensor=ints(pos, dev)) if causal else dict(
+        is_causal=False, program_config=host.SDPAProgramConfig(compute_with_storage_grid_size=GRID,
+                                                               q_chunk_size=32, k_chunk_size=32))
+    out = host.transformer.paged_scaled_dot_product_attention_decode(q, k, v, ints(shared, dev), **kwargs)
+    alone = host.transformer.paged_scaled_dot_product_attention_decode(q, k2, v2, ints(copies, dev), **kwargs)
+    assert torch.equal(out.value, alone.value)
+
+
 def test_paged_decode_attention_sink_matches_golden(dev):
     g = torch.Generator().manual_seed(3)
     pos = torch.tensor([5, 40, -1])

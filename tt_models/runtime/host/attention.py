@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from .errors import check, unsupported
 from .paged_cache import check_blocks, check_page_table, gather_pages, paged_view
+from .read_mostly import KeptSet, kept_sets
 from .tensor import Tensor
 from .types import (
     DRAM_MEMORY_CONFIG, TILE_SIZE, BufferType, DataType, Layout, MemoryConfig, SDPAProgramConfig,
@@ -287,47 +288,59 @@ def _decode_bias(attn_mask: Tensor | None, batch: int, heads: int, length: int, 
 
 def _decode(q: Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor, bias: torch.Tensor | None,
             active: torch.Tensor, scale: float | None, sink: torch.Tensor | None,
-            memory_config: MemoryConfig | None, owned: bool) -> Tensor:
+            memory_config: MemoryConfig | None, masked: bool, key_set: torch.Tensor | None = None) -> Tensor:
     """Attention of Q ``[1, B, NH, D]`` over keys ``[b, NKV, L, D]`` of the ``b`` active users, restricted to
     ``keep [B, L]``.
 
     Only ``active`` users are computed (the kernel skips the others and leaves their rows unwritten: zeros
-    here, as in the golden). ``owned``: keys/values are a copy we may modify.
+    here, as in the golden). ``masked``: the values are zero outside each user's keep already. ``key_set [b]``:
+    the active users share key sets, user ``i`` reading ``keys[key_set[i]]`` (None: one set per user).
     """
     batch, heads, dim = q.shape[1], q.shape[2], q.shape[3]
     rows = active.nonzero().flatten()
     if len(rows) == batch:
-        out = _decode_rows(q.float()[0], keys, values, keep, bias, scale, sink, owned)
+        out = _decode_rows(q.float()[0], keys, values, keep, bias, scale, sink, masked, key_set)
     else:
         out = torch.zeros(batch, heads, dim)
         if len(rows):
             out[rows] = _decode_rows(q.float()[0][rows], keys, values, keep[rows],
-                                     None if bias is None or bias.shape[0] == 1 else bias[rows], scale, sink, owned)
+                                     None if bias is None or bias.shape[0] == 1 else bias[rows], scale, sink, masked,
+                                     key_set)
     return q.like(out[None], memory_config=memory_config or DRAM_MEMORY_CONFIG)
 
 
 def _decode_rows(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
                  bias: torch.Tensor | None, scale: float | None, sink: torch.Tensor | None,
-                 owned: bool) -> torch.Tensor:
+                 masked: bool, key_set: torch.Tensor | None = None) -> torch.Tensor:
     """``[b, NH, D]`` queries over ``[b, NKV, L, D]`` keys: decode is memory bound, so K and V are read once
-    each, by two batched matmuls with the query heads of a KV head grouped together (no repeat of K/V)."""
+    each, by two batched matmuls with the query heads of a KV head grouped together (no repeat of K/V).
+
+    With ``key_set``, users share key sets (the rows of one request in a cross-attention prefill, or a cache read
+    again unwritten): ``keys``/``values`` hold one ``[NKV, L, D]`` set each, the values already zero outside the
+    set's keep, and each user's products are the same per-user matmuls, bit for bit, on its set. ``masked``: the
+    values are zero outside keep already."""
     batch, heads, dim = query.shape
-    kv_heads, length = keys.shape[1], keys.shape[2]
-    # Rows outside keep may hold anything (stale or NaN rows of a partly written block): 0 * NaN would leak.
-    if owned:
-        values.transpose(1, 2)[~keep] = 0.0
-    elif not bool(keep.all()):
-        values = values.masked_fill(~keep[:, None, :, None], 0.0)
+    kv_heads, length = keys[0].shape[-3], keys[0].shape[-2]
     scale = dim ** -0.5 if scale is None else scale
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)
-    logits = (grouped @ keys.transpose(-1, -2)).reshape(batch, heads, length) * scale
+    if key_set is None:
+        # Rows outside keep may hold anything (stale or NaN rows of a partly written block): 0 * NaN would leak.
+        if not masked and not bool(keep.all()):
+            values = values.masked_fill(~keep[:, None, :, None], 0.0)
+        logits = grouped @ keys.transpose(-1, -2)
+    else:
+        sets = key_set.tolist()
+        logits = torch.stack([grouped[i] @ keys[s].transpose(-1, -2) for i, s in enumerate(sets)])
+    logits = logits.reshape(batch, heads, length) * scale
     if bias is not None:
         logits = logits + bias[:, :, 0, :]
     logits = logits.masked_fill(~keep[:, None, :], float("-inf"))
     if sink is not None:  # one extra logit per head whose value row is zero
         logits = torch.cat([logits, (scale * sink).reshape(1, heads, 1).expand(batch, heads, 1)], dim=-1)
     probs = torch.softmax(logits, dim=-1)[..., :length].reshape(batch, kv_heads, heads // kv_heads, length)
-    return (probs @ values).reshape(batch, heads, dim)
+    if key_set is None:
+        return (probs @ values).reshape(batch, heads, dim)
+    return torch.stack([probs[i] @ values[s] for i, s in enumerate(sets)]).reshape(batch, heads, dim)
 
 
 def _causal_keep(pos: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
@@ -386,7 +399,7 @@ def scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tensor_k: 
     active = pos >= 0
     keys, values = keys[active], values[active]
     return _decode(q, keys, values, keep, bias, active, scale, _sink_logits(attention_sink, heads, op),
-                   memory_config, owned=False)
+                   memory_config, masked=False)
 
 
 def paged_scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tensor_k: Tensor,
@@ -442,9 +455,49 @@ def paged_scaled_dot_product_attention_decode(input_tensor_q: Tensor, input_tens
     # Skipped users (pos -1) read nothing: gather only the active users' pages.
     active = pos >= 0
     rows = active.nonzero().flatten()
-    keys, values = gather_pages(k, blocks[rows]), gather_pages(v, blocks[rows])
+    keys, values, key_set = _key_sets(input_tensor_k.value, input_tensor_v.value, k, v, blocks[rows], keep[rows])
     return _decode(q, keys, values, keep, bias, active, scale, _sink_logits(attention_sink, heads, op),
-                   memory_config, owned=True)
+                   memory_config, masked=True, key_set=key_set)
+
+
+def _key_sets(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor,
+              keep: torch.Tensor) -> tuple:
+    """The users' keys and values, values zero outside each user's keep: batched ``[b, NKV, L, D]`` (and None),
+    or one ``[NKV, L, D]`` set per distinct (blocks, keep) row (and each user's set).
+
+    Users share sets when they read the same blocks (a request's rows in a cross-attention prefill); sets whose
+    blocks nobody wrote since they were gathered (cross-attention blocks at every decode step) are not gathered
+    again."""
+    kept = kept_sets(k_cache, v_cache)
+    nb, geometry = blocks.shape[1], tuple(k.shape)
+    rows = torch.cat([blocks, keep.to(blocks.dtype)], dim=1)
+    unique, key_set = torch.unique(rows, dim=0, return_inverse=True)
+    names = [(geometry, tuple(v.shape), r.numpy().tobytes()) for r in unique]
+    missing = [i for i, name in enumerate(names) if kept is None or name not in kept]
+    if len(unique) == len(rows) and len(missing) == len(unique):  # nothing shared, nothing kept: one batched read
+        keys, values = _gathered(k, v, blocks, keep)
+        _keep(kept, [names[i] for i in key_set.tolist()], keys, values, geometry, blocks)
+        return keys, values, None
+    found = kept if kept is not None else {}
+    if missing:
+        keys, values = _gathered(k, v, unique[missing, :nb], unique[missing, nb:].bool())
+        _keep(found, [names[i] for i in missing], keys, values, geometry, unique[missing, :nb])
+    return [found[n].keys for n in names], [found[n].values for n in names], key_set
+
+
+def _gathered(k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor,
+              keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    keys, values = gather_pages(k, blocks), gather_pages(v, blocks)
+    # Rows outside keep may hold anything (stale or NaN rows of a partly written block): 0 * NaN would leak.
+    values.transpose(1, 2)[~keep] = 0.0
+    return keys, values
+
+
+def _keep(kept: dict[tuple, KeptSet] | None, names: list[tuple], keys: torch.Tensor, values: torch.Tensor,
+          geometry: tuple[int, ...], blocks: torch.Tensor) -> None:
+    """Keep each set for later reads (when its caches can be tracked)."""
+    for i, name in enumerate(names if kept is not None else ()):
+        kept[name] = KeptSet(keys[i], values[i], geometry, frozenset(blocks[i].tolist()))
 
 
 def _circular_keep(pos: torch.Tensor, modulo: int, window: int | None, bs: int, slots: int,

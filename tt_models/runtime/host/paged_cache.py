@@ -14,6 +14,7 @@ import torch
 
 from .bfp import round_to_bfloat16
 from .errors import check, unsupported
+from .read_mostly import tracked_write
 from .tensor import Tensor, quantize
 from .types import (
     TILE_SIZE, BufferType, DataType, Layout, ShardOrientation, TensorMemoryLayout, WormholeComputeKernelConfig,
@@ -255,7 +256,8 @@ def _update(cache_tensor: Tensor, input_tensor: Tensor, update_idxs: list[int], 
     fp32 = fp32_dest(compute_kernel_config)
 
     def write() -> None:
-        write_rows(cache, cache_tensor.dtype, blk, off, rows, fp32)
+        tracked_write(cache_tensor.value, tuple(cache.shape), blk,
+                      lambda: write_rows(cache, cache_tensor.dtype, blk, off, rows, fp32))
 
     if dry_run:
         return write
@@ -318,5 +320,9 @@ def paged_fill_cache(cache_tensor: Tensor, input_tensor: Tensor, page_table: Ten
     used = blk != -1
     check_blocks(blk[used], cache.shape[0], op)
     i_idx, s_idx = torch.nonzero(used, as_tuple=True)
-    cache[blk[i_idx, s_idx], :, s_idx % bs, :] = src[i_idx, :, s_idx, :]
+
+    def write() -> None:
+        cache[blk[i_idx, s_idx], :, s_idx % bs, :] = src[i_idx, :, s_idx, :]
+
+    tracked_write(cache_tensor.value, tuple(cache.shape), blk[used], write)
     return cache_tensor
