@@ -1,13 +1,14 @@
 """The generator classes TT vLLM loads (``TT<HFArch>`` -> ``generator_vllm:<Class>``).
 
 Each class is named after the HF architecture it serves and implements the TT vLLM model contract;
-the encoder-decoder classes implement its cross-attention extension, and Llama 3.2 Vision the design's
-image+text contract (see docs/contract.md and docs/images.md).
+the encoder-decoder classes implement its cross-attention extension, Llama 3.2 Vision the design's
+image+text contract, and Qwen2.5-VL the plugin's V1 image path (see docs/contract.md and docs/images.md).
 """
 
 from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "MistralForCausalLM",
     "MllamaForConditionalGeneration",
     "Qwen2ForCausalLM",
+    "Qwen2_5_VLForConditionalGeneration",
     "WhisperForConditionalGeneration",
 ]

@@ -17,16 +17,17 @@ from tt_models.tt.linear import Linear
 
 
 class MLP:
-    """``w2(silu(w1 x) * w3 x)``."""
+    """``w2(silu(w1 x) * w3 x)``, with the projections' biases where the checkpoint has them (Qwen2.5-VL's vision
+    blocks)."""
 
     def __init__(self, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
                  decode: DecodeConfigs) -> None:
         self.w1 = Linear(state[f"{prefix}gate_proj.weight"], device, weight_dtype, activation="silu",
-                         layout=decode.mlp_in, parallel="column")
-        self.w3 = Linear(state[f"{prefix}up_proj.weight"], device, weight_dtype, layout=decode.mlp_in,
-                         parallel="column")
-        self.w2 = Linear(state[f"{prefix}down_proj.weight"], device, weight_dtype, layout=decode.mlp_out,
-                         parallel="row")
+                         bias=state.get(f"{prefix}gate_proj.bias"), layout=decode.mlp_in, parallel="column")
+        self.w3 = Linear(state[f"{prefix}up_proj.weight"], device, weight_dtype,
+                         bias=state.get(f"{prefix}up_proj.bias"), layout=decode.mlp_in, parallel="column")
+        self.w2 = Linear(state[f"{prefix}down_proj.weight"], device, weight_dtype,
+                         bias=state.get(f"{prefix}down_proj.bias"), layout=decode.mlp_out, parallel="row")
 
     def forward(self, x: Any) -> Any:
         return self._forward(x, decode=False)

@@ -22,13 +22,15 @@ from tt_models.tt.weights import as_int_tensor
 
 class LlamaModel:
     def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
-                 max_seq_len: int, optimizations: str | None, sharded_decode: bool = True) -> None:
-        """``sharded_decode``: tt_transformers' DRAM-sharded decode layouts (else all interleaved, as a reference)."""
+                 max_seq_len: int, optimizations: str | None, sharded_decode: bool = True,
+                 precision: Precision | None = None) -> None:
+        """``sharded_decode``: tt_transformers' DRAM-sharded decode layouts (else all interleaved, as a reference);
+        ``precision``: a family's own weight dtypes instead of the profile's."""
         self.device = device
         self.args = args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
         self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
         check_splits(device, hidden_size=args.dim, intermediate_size=args.hidden_dim)
-        self.precision = precision = Precision.for_model(hf_config, optimizations)
+        self.precision = precision = precision or Precision.for_model(hf_config, optimizations)
         self.decode = decode = (DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
                                                       n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
                                                       head_dim=args.head_dim)
@@ -62,7 +64,11 @@ class LlamaModel:
         """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
         x = self.embedding.forward(chunk.padded_tokens(tokens))
         yield x
-        rot = self.rope.prefill(chunk.start, chunk.padded)
+        yield from self.decoder_layers(x, self.rope.prefill(chunk.start, chunk.padded), chunk, kv_cache)
+
+    def decoder_layers(self, x: Any, rot: tuple[Any, Any], chunk: PrefillChunk,
+                       kv_cache: list[list[Any]]) -> Iterator[Any]:
+        """Each layer's output ``[1, 1, chunk.padded, dim]`` for the chunk's embeddings ``x`` rotated by ``rot``."""
         fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
         sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
         for layer, cache in zip(self.layers, kv_cache):
@@ -74,15 +80,18 @@ class LlamaModel:
     def vocab_size(self) -> int:
         return self.args.vocab_size
 
-    def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor) -> HostInputs:
+    def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
+                      rope_positions: torch.Tensor | None = None) -> HostInputs:
         """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row,
-        neither written nor attended), padded to 32 rows."""
+        neither written nor attended), padded to 32 rows. ``rope_positions``: the rotary positions when they are not
+        the cache positions (M-RoPE's position + delta)."""
         pad = self.args.decode_rows - tokens.shape[0]
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
+        rope_positions = positions if rope_positions is None else torch.nn.functional.pad(rope_positions, (0, pad))
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
                 "current_pos": host_ints(positions, self.device),
                 "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
-                **self.rope.decode_inputs(positions)}
+                **self.rope.decode_inputs(rope_positions)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
         """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'."""
