@@ -46,15 +46,17 @@ def pack_host(x: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
     exp = (bits >> 23) & 0xFF
     sign = bits < 0
     normal = exp != 0  # zeros and denormals flush to zero
-    mant = torch.where(normal, (bits & 0x7FFFFF) | 0x800000, torch.zeros_like(bits)).to(torch.int64)
+    # int32 throughout: mant has 24 bits, so every shift from 25 up leaves q = 0 and rem = mant < half, as any
+    # longer shift does.
+    mant = torch.where(normal, (bits & 0x7FFFFF) | 0x800000, torch.zeros_like(bits))
     shared = torch.where(normal, exp, torch.zeros_like(exp)).amax(dim=-1, keepdim=True)
-    shift = (shared - exp).clamp(min=0).to(torch.int64) + (24 - mantissa_bits)
-    shift = torch.where(normal, shift, torch.full_like(shift, 63)).clamp(max=62)
+    shift = (shared - exp).clamp(min=0) + (24 - mantissa_bits)
+    shift = torch.where(normal, shift, torch.full_like(shift, 31)).clamp(max=31)
     q = mant >> shift
     rem = mant - (q << shift)
     half = torch.ones_like(shift) << (shift - 1)
     round_up = (rem > half) | ((rem == half) & ((q & 1) == 1))
-    q = (q + round_up.to(torch.int64)).clamp(max=(1 << mantissa_bits) - 1)
+    q = (q + round_up.to(torch.int32)).clamp(max=(1 << mantissa_bits) - 1)
     scale = torch.pow(2.0, (shared - 127 - (mantissa_bits - 1)).to(torch.float32))
     value = q.to(torch.float32) * scale
     value = torch.where(sign & (q != 0), -value, value)
@@ -69,9 +71,10 @@ def pack_device(x: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
     sign = bits < 0
     normal = exp != 0
     # 7-bit magnitude: hidden bit + the top 6 of bfloat16's 7 fraction bits (the last one truncated).
-    mag = torch.where(normal, ((bits >> 17) & 0x3F) | 0x40, torch.zeros_like(bits)).to(torch.int64)
+    # int32 throughout: (mag << 1) has 8 bits, so every shift from 8 up gives 0, as the real shift past it does.
+    mag = torch.where(normal, ((bits >> 17) & 0x3F) | 0x40, torch.zeros_like(bits))
     shared = torch.where(normal, exp, torch.zeros_like(exp)).amax(dim=-1, keepdim=True)
-    shift = torch.where(normal, (shared - exp).to(torch.int64), torch.full_like(mag, 63)).clamp(max=62)
+    shift = torch.where(normal, shared - exp, torch.full_like(mag, 31)).clamp(max=31)
     # one guard bit, round half away from zero
     guarded = (mag << 1) >> shift
     q = ((guarded + 1) >> 1).clamp(max=0x7F)
