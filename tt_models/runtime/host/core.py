@@ -305,7 +305,10 @@ def _check_shard_fits(shape: Sequence[int], memory_config: MemoryConfig, layout:
     check(spec is not None, op, "a sharded memory config needs a shard spec")
     dram = memory_config.buffer_type == BufferType.DRAM
     banks = device.dram_grid_size() if dram else device.compute_with_storage_grid_size()
-    for core in sorted(spec.grid.core_set(), key=lambda c: (c.y, c.x)):
+    box = spec.grid.bounding_box()
+    outside = [] if box.end.x < banks.x and box.end.y < banks.y else sorted(spec.grid.core_set(),
+                                                                            key=lambda c: (c.y, c.x))
+    for core in outside:
         check(core.x < banks.x and core.y < banks.y, op,
               f"Invalid shard grid: shard core ({core.x}, {core.y}) has no {'DRAM' if dram else 'L1'} bank on this "
               f"device, which has {banks.x * banks.y} of them")

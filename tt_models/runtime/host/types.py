@@ -167,6 +167,9 @@ class CoreRange:
 class CoreRangeSet:
     def __init__(self, core_ranges: Iterable[CoreRange]) -> None:
         self.ranges_: tuple[CoreRange, ...] = tuple(core_ranges)
+        # Built once: every sharded op's checks read them.
+        self._cores: frozenset[CoreCoord] | None = None
+        self._box: CoreRange | None = None
 
     def ranges(self) -> list[CoreRange]:
         return list(self.ranges_)
@@ -174,16 +177,20 @@ class CoreRangeSet:
     def num_cores(self) -> int:
         return len(self.core_set())
 
-    def core_set(self) -> set[CoreCoord]:
-        return {c for r in self.ranges_ for c in r.cores()}
+    def core_set(self) -> frozenset[CoreCoord]:
+        if self._cores is None:
+            self._cores = frozenset(c for r in self.ranges_ for c in r.cores())
+        return self._cores
 
     def intersects(self, other: "CoreRangeSet") -> bool:
         return bool(self.core_set() & other.core_set())
 
     def bounding_box(self) -> CoreRange:
-        cores = self.core_set()
-        return CoreRange(CoreCoord(min(c.x for c in cores), min(c.y for c in cores)),
-                         CoreCoord(max(c.x for c in cores), max(c.y for c in cores)))
+        if self._box is None:
+            cores = self.core_set()
+            self._box = CoreRange(CoreCoord(min(c.x for c in cores), min(c.y for c in cores)),
+                                  CoreCoord(max(c.x for c in cores), max(c.y for c in cores)))
+        return self._box
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CoreRangeSet) and self.core_set() == other.core_set()
