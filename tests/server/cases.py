@@ -108,12 +108,15 @@ def save_tiny_bart(directory: Path) -> Path:
 
 
 class ServerThread:
-    """A real uvicorn server on 127.0.0.1 in a background thread of the test process."""
+    """A real uvicorn server on 127.0.0.1 in a background thread of the test process; ``loop`` as uvicorn takes it
+    ("asyncio": its connections go through Python's ``socket`` module, where a test can watch them)."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, loop: str = "auto") -> None:
+        self.app = app
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    loop=loop))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> ServerThread:

@@ -3,7 +3,8 @@ backend, each engine loaded once. The expected outputs are the offline engine's,
 before the server takes them over.
 
 A second server, only for the image tests, serves a tiny random Llama 3.2 Vision; its expected outputs come from
-a second engine on the same checkpoint, and its image URLs from a local HTTP server."""
+a second engine on the same checkpoint, and its image URLs from a local HTTP server (a loopback address, which
+that server is allowed to fetch from)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.server import create_app
+from tt_models.server.media_policy import MediaPolicy
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,9 @@ def image_references(mllama_dir) -> ImageReferences:
 @pytest.fixture(scope="session")
 def mllama_server(mllama_dir):
     engine = load_mllama(mllama_dir)
-    with ServerThread(create_app({MLLAMA: engine})) as running:
+    # Its image URLs are the local image host's, a loopback address; test_media_policy.py watches its connections.
+    app = create_app({MLLAMA: engine}, media_policy=MediaPolicy(allow_private=True))
+    with ServerThread(app, loop="asyncio") as running:
         yield running
     engine.close()
 

@@ -36,6 +36,12 @@ CASES = {  # name: (path, request, status, words the message must contain)
     "greedy-n": ("/v1/completions", completion(temperature=0, n=2), 400, "n must be 1 when using greedy"),
     "huge-seed": ("/v1/completions", completion(temperature=1.0, seed=2**64), 400, "seed must be in [-2**63, 2**64)"),
     "empty-prompt": ("/v1/completions", completion(prompt=""), 400, "prompt is empty"),
+    "max-tokens-too-large": ("/v1/completions", completion(max_tokens=10**9), 400,
+                             "'max_tokens' is too large: 1000000000. This model's maximum context length is 128 "
+                             "tokens and your request has 2 input tokens (1000000000 > 128 - 2)."),
+    "max-completion-tokens-too-large": ("/v1/chat/completions", {"json": {
+        "model": LLAMA, "max_completion_tokens": 600, "messages": [{"role": "user", "content": "Hi"}]}}, 400,
+        "'max_completion_tokens' is too large: 600. This model's maximum context length is 512 tokens"),
     "unknown-model": ("/v1/completions", completion(model="gpt-17"), 404, "`gpt-17` does not exist"),
     "unknown-chat-model": ("/v1/chat/completions", {"json": {"model": "gpt-17", "messages": [
         {"role": "user", "content": "Hi"}]}}, 404, "`gpt-17` does not exist"),

@@ -110,14 +110,16 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
 
     def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams | None = None, *,
                     arrival_time: float | None = None, language: str | None = None, task: str | None = None,
-                    previous_text: str | None = None, target: str | None = None) -> EncodeRequest:
+                    previous_text: str | None = None, target: str | None = None,
+                    max_tokens_param: str | None = None) -> EncodeRequest:
         """Queue a request whose decoder runs on the prefill-decode instance ``target`` (default: the one the
         proxy named for the HTTP request being served). Raises ValueError as ``LLMEngine.add_request`` does."""
         target = target or prefill_decode_target.get()
         if not target:
             raise ValueError("an encode instance serves requests through the proxy (tt-models proxy), which names "
                              "their prefill-decode instance")
-        _, inputs = self._accept(request_id, prompt, params, language=language, task=task, previous_text=previous_text)
+        _, inputs = self._accept(request_id, prompt, params, language=language, task=task, previous_text=previous_text,
+                                 max_tokens_param=max_tokens_param)
         request = EncodeRequest(request_id, inputs, target, time.monotonic() if arrival_time is None else arrival_time)
         self.requests[request_id] = request
         if inputs.encoder_input is None:

@@ -98,11 +98,13 @@ class LLMEngine(RequestIntake[Request]):
 
     def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams | None = None, *,
                     arrival_time: float | None = None, language: str | None = None,
-                    task: str | None = None, previous_text: str | None = None) -> Request:
+                    task: str | None = None, previous_text: str | None = None,
+                    max_tokens_param: str | None = None) -> Request:
         """Queue a request. Raises ValueError (naming the problem) for a bad prompt or parameters, and for a
-        request that could never fit in the KV pool; nothing is queued then."""
+        request that could never fit in the KV pool; nothing is queued then. ``max_tokens_param``: see
+        ``RequestIntake._accept`` (the server's strict ``max_tokens``)."""
         params, inputs = self._accept(request_id, prompt, params, language=language, task=task,
-                                      previous_text=previous_text)
+                                      previous_text=previous_text, max_tokens_param=max_tokens_param)
         extra_stops = [t for t in self.other_eos_ids if t not in params.stop_token_ids]
         if extra_stops and not params.ignore_eos:  # vLLM's update_from_generation_config
             params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_stops])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -19,21 +20,27 @@ from tt_models.server.async_engine import AsyncEngine
 from tt_models.server.chat import create_chat_completion
 from tt_models.server.completions import create_completion
 from tt_models.server.errors import APIError, install_error_handlers
-from tt_models.server.metrics import ServerMetrics
+from tt_models.server.media_policy import MediaPolicy
+from tt_models.server.metrics import ServerMetrics, kv_blocks_in_use
 from tt_models.server.request_context import RequestContext
 from tt_models.server.protocol import (AudioResponseFormat, ChatCompletionRequest, CompletionRequest, ModelCard,
                                        ModelList)
+from tt_models.server.tools import ToolSettings
 from tt_models.server.transcriptions import AudioRequest, create_transcription
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(engines: Mapping[str, LLMEngine | EncodeEngine], *, close_engines: bool = False, role: Role = "both",
-               instance: str | None = None) -> FastAPI:
+               instance: str | None = None, media_policy: MediaPolicy = MediaPolicy(),
+               tool_settings: ToolSettings = ToolSettings()) -> FastAPI:
     """An app serving ``engines`` under their names (the ``model`` of requests).
 
     The engine loops start and stop with the app (its lifespan). ``close_engines``: the app owns the engines
     and closes them (their devices) at shutdown; otherwise they stay the caller's. ``role`` and ``instance`` (its
     name on the broker) describe an instance of a disaggregated deployment (``tt_models.disagg``): an encode
-    instance serves :class:`EncodeEngine` objects.
+    instance serves :class:`EncodeEngine` objects. ``media_policy``: the image URLs the server fetches (default:
+    http(s) URLs of global addresses only). ``tool_settings``: auto tool choice and its parser (default: off).
     """
     if not engines:
         raise ValueError("create_app needs at least one engine")
@@ -50,14 +57,18 @@ def create_app(engines: Mapping[str, LLMEngine | EncodeEngine], *, close_engines
         try:
             yield
         finally:
-            for engine in served.values():
+            for name, engine in served.items():
                 engine.shutdown()
+                if getattr(engine.engine, "scheduler", None) is not None:  # (an encode instance's has no KV cache)
+                    logger.info("%s stopped with %d KV blocks in use", name, kv_blocks_in_use(engine.engine))
                 if close_engines:
                     engine.engine.close()
 
     app = FastAPI(title="tt-models", summary="OpenAI-compatible API over tt-models' engine", lifespan=lifespan)
     app.state.engines = served
     app.state.metrics = metrics
+    app.state.media_policy = media_policy
+    app.state.tool_settings = tool_settings
     app.add_middleware(RequestContext)
     install_error_handlers(app)
 

@@ -30,6 +30,10 @@ class EngineFailed(RuntimeError):
     """A model step raised: the requests it ran are ended with this error, and the loop goes on."""
 
 
+class ShuttingDown(EngineFailed):
+    """The server stopped before the request finished."""
+
+
 class RequestStream:
     """The outputs of one request, cumulative as the engine returns them, until the finished one.
 
@@ -99,11 +103,15 @@ class AsyncEngine:
     def abort(self, request_id: str) -> None:
         self._commands.put(partial(self._abort, request_id))
 
+    def fail_all(self, error: EngineFailed) -> None:
+        """End every request now with ``error`` (raised to its reader), its blocks freed; the loop goes on."""
+        self._commands.put(partial(self._fail_all, error))
+
     # Event loops.
 
     async def add(self, request_id: str, prompt: PromptType, params: SamplingParams, *,
-                  language: str | None = None, task: str | None = None,
-                  previous_text: str | None = None) -> RequestStream:
+                  language: str | None = None, task: str | None = None, previous_text: str | None = None,
+                  max_tokens_param: str | None = None) -> RequestStream:
         """Queue a request; raises the engine's refusal (ValueError, OverflowError) as ``add_request`` does."""
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue = asyncio.Queue()
@@ -112,7 +120,8 @@ class AsyncEngine:
         # instance's target in tt_models.disagg.routing) reaches the engine.
         context = contextvars.copy_context()
         self._commands.put(partial(context.run, self._add, loop, outputs, accepted, request_id, prompt, params,
-                                   dict(language=language, task=task, previous_text=previous_text)))
+                                   dict(language=language, task=task, previous_text=previous_text,
+                                        max_tokens_param=max_tokens_param)))
         await accepted
         return RequestStream(request_id, outputs, self.abort)
 
@@ -132,7 +141,7 @@ class AsyncEngine:
             self._drain(block=not self.engine.has_unfinished_requests())
             if self._running and self.engine.has_unfinished_requests():
                 self._step()
-        self._fail_all(EngineFailed("the server is shutting down"))
+        self._fail_all(ShuttingDown("the server is shutting down"))
 
     def _drain(self, block: bool) -> None:
         try:

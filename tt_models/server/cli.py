@@ -19,6 +19,9 @@ from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.server.app import create_app
 from tt_models.server.auth import API_KEY_ENV, BearerAuth, api_keys
+from tt_models.server.media_policy import add_media_flags, media_policy
+from tt_models.server.shutdown import serve
+from tt_models.server.tools import add_tool_flags, tool_settings
 
 logger = logging.getLogger("tt_models.server")
 
@@ -53,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--sample-on-device", action="store_true",
                        help="decode steps of greedy requests sample on the device: 32 tokens come back instead of "
                             "[32, vocab] logits (same tokens)")
+    add_tool_flags(serve)
     serve.add_argument("--max-num-waiting", type=int,
                        help="waiting requests per model beyond which new ones get 503 (default: unlimited)")
     serve.add_argument("--optimizations", choices=["accuracy", "performance"],
@@ -60,9 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=["ttnn", "mock", "host"],
                        help="where TT-NN runs (default: a TT device if present, else the host backend)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--shutdown-timeout", type=float, default=30.0,
+                       help="seconds running requests may take to finish after SIGTERM/SIGINT before they are ended "
+                            "with an error")
     serve.add_argument("--api-key", action="append", metavar="KEY",
                        help=f"require 'Authorization: Bearer KEY' on every /v1 route (repeatable; default: "
                             f"${API_KEY_ENV}; none: open)")
+    add_media_flags(serve)
     disagg = serve.add_argument_group("encoder disaggregation", "an instance of a deployment behind `tt-models proxy`")
     disagg.add_argument("--role", choices=["both", "encode", "prefill_decode"], default="both",
                         help="encode: run encoders only; prefill_decode: decode with encoder outputs received through "
@@ -136,15 +144,18 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine]:
 
 def serve_command(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # The app closes the engines at shutdown: after a graceful shutdown uvicorn re-raises the signal that
-    # stopped it, so code after ``uvicorn.run`` never runs then.
+    # The app closes the engines at shutdown (its lifespan), after the drain of tt_models.server.shutdown.
     if args.role != "both" and not args.instance_name:
         args.instance_name = f"{args.role}-{socket.gethostname()}-{args.port}-{os.getpid()}"
     keys = api_keys(args.api_key)  # checked before the models load
-    app = create_app(build_engines(args), close_engines=True, role=args.role, instance=args.instance_name)
+    tools = tool_settings(args)
+    media = media_policy(args)
+    app = create_app(build_engines(args), close_engines=True, role=args.role, instance=args.instance_name,
+                     media_policy=media, tool_settings=tools)
     if keys:
         app.add_middleware(BearerAuth, keys=keys)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    serve(app, app.state.engines.values(), host=args.host, port=args.port, log_level=args.log_level,
+          shutdown_timeout=args.shutdown_timeout)
 
 
 def proxy_command(args: argparse.Namespace) -> None:

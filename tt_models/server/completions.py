@@ -68,7 +68,7 @@ async def create_completion(body: CompletionRequest, engine: AsyncEngine, model_
         prompts = engine_prompts(body, engine.engine, model_name)
         params = body.sampling_params(body.max_tokens, body.logprobs)
     response_id, created = new_id("cmpl")
-    streams = await submit(engine, response_id, prompts, params)
+    streams = await submit(engine, response_id, prompts, params, max_tokens_param="max_tokens")
     if body.stream:
         return event_stream(_events(body, params, streams, response_id, created, model_name))
     outputs = await finish(request, streams)

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from tt_models.disagg.routing import TransferError
-from tt_models.server.async_engine import EngineFailed
+from tt_models.server.async_engine import EngineFailed, ShuttingDown
 from tt_models.server.protocol import ErrorInfo, ErrorResponse
 
 logger = logging.getLogger(__name__)
@@ -39,11 +39,13 @@ class APIError(Exception):
 
 def as_api_error(error: Exception) -> APIError:
     """What the client is told of a failure: a lost encoder output is the upstream's (502), a failed engine step
-    the server's (503), anything else an internal error (500)."""
+    or a server that stops the server's (503), anything else an internal error (500)."""
     if isinstance(error, APIError):
         return error
     if isinstance(error, TransferError):
         return APIError(502, str(error), code="encoder_transfer_failed")
+    if isinstance(error, ShuttingDown):
+        return APIError(503, str(error), code="server_shutting_down")
     if isinstance(error, EngineFailed):
         return APIError(503, str(error), code="engine_failed")
     return APIError(500, f"Internal server error: {type(error).__name__}: {error}")

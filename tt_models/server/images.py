@@ -1,10 +1,11 @@
-"""The images of chat requests: an OpenAI ``image_url`` (a ``data:`` URL or an ``http(s)://`` URL) to an RGB
-PIL image, within limits.
+"""The images of chat requests: an OpenAI ``image_url`` (a ``data:`` URL, an ``http(s)://`` URL or, where the
+server allows it, a ``file://`` URL) to an RGB PIL image, within limits and the server's ``MediaPolicy``.
 
 Every failure is the client's (its URL, its bytes) and raises ValueError naming it, which the routes answer
 with 400. The limits hold before the work they bound: a download stops at ``MAX_IMAGE_BYTES`` or
 ``FETCH_TIMEOUT_S``, and the pixel count is read from the image header before anything is decoded, so a
-small file that would decode to gigabytes (a decompression bomb) is refused cheaply.
+small file that would decode to gigabytes (a decompression bomb) is refused cheaply. A download connects only to
+addresses the policy checked, and follows redirects itself, each hop checked.
 """
 
 from __future__ import annotations
@@ -13,25 +14,32 @@ import asyncio
 import base64
 import binascii
 import io
+from pathlib import Path
 from urllib.parse import unquote_to_bytes, urlsplit
 
 import httpx
 from PIL import Image, UnidentifiedImageError
 from starlette.concurrency import run_in_threadpool
 
+from tt_models.server.media_policy import MediaPolicy, MediaRefused
+
 MAX_IMAGE_BYTES = 20 * 2**20  # OpenAI's per-image limit
 MAX_IMAGE_PIXELS = 4096 * 4096
 FETCH_TIMEOUT_S = 10.0  # the whole download, connection included
 
 
-async def load_image(url: str) -> Image.Image:
-    """The RGB image ``url`` holds or points to; raises ValueError naming what is wrong with it."""
+async def load_image(url: str, policy: MediaPolicy = MediaPolicy()) -> Image.Image:
+    """The RGB image ``url`` holds or points to; raises ValueError naming what is wrong with it (MediaRefused for
+    a URL ``policy`` refuses)."""
     scheme = urlsplit(url).scheme.lower()
     if scheme == "data":
         return await run_in_threadpool(_decode_data_url, url)
     if scheme in ("http", "https"):
-        data = await fetch(url)
+        data = await fetch(url, policy)
         return await run_in_threadpool(decode_image, data, url)
+    if scheme == "file":
+        path = policy.local_file(url)
+        return await run_in_threadpool(_decode_file, path, url)
     raise ValueError(f"image_url must be a data: URL or an http(s):// URL, got one starting {url[:16]!r}")
 
 
@@ -56,30 +64,79 @@ def data_url_bytes(url: str) -> bytes:
     return data
 
 
-async def fetch(url: str) -> bytes:
-    """The body of a GET of ``url``, refused past ``MAX_IMAGE_BYTES`` or ``FETCH_TIMEOUT_S``."""
+def _decode_file(path: Path, url: str) -> Image.Image:
     try:
-        return await asyncio.wait_for(_download(url), FETCH_TIMEOUT_S)
+        with open(path, "rb") as file:
+            data = file.read(MAX_IMAGE_BYTES + 1)
+    except OSError as error:
+        raise ValueError(f"Could not read the image at {url}: {error.strerror}") from None
+    _check_size(len(data), url)
+    return decode_image(data, url)
+
+
+async def fetch(url: str, policy: MediaPolicy = MediaPolicy()) -> bytes:
+    """The body of a GET of ``url`` as ``policy`` allows it, refused past ``MAX_IMAGE_BYTES`` or
+    ``FETCH_TIMEOUT_S``."""
+    try:
+        return await asyncio.wait_for(_download(url, policy), FETCH_TIMEOUT_S)
     except asyncio.TimeoutError:
         raise ValueError(f"The image at {url} did not arrive within {FETCH_TIMEOUT_S:g} s") from None
-    except httpx.HTTPError as error:
+    except (httpx.HTTPError, httpx.InvalidURL) as error:  # (InvalidURL: the URL's or a redirect's)
         raise ValueError(f"Could not fetch the image at {url}: {type(error).__name__}: {error}") from error
 
 
-async def _download(url: str) -> bytes:
-    async with httpx.AsyncClient(follow_redirects=True, timeout=FETCH_TIMEOUT_S) as client:
-        async with client.stream("GET", url) as response:
-            if response.status_code != 200:
-                raise ValueError(f"Fetching the image at {url} gave HTTP {response.status_code}")
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit():
-                _check_size(int(declared), url)
-            chunks, size = [], 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                _check_size(size, url)  # a server may send more than it declared, or declare nothing
-                chunks.append(chunk)
+async def _download(url: str, policy: MediaPolicy) -> bytes:
+    # trust_env=False: a proxy from the environment would make the checked connection the proxy's.
+    async with httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=FETCH_TIMEOUT_S) as client:
+        target = httpx.URL(url)
+        subject = f"image URL host {target.host}"
+        for _ in range(policy.max_redirects + 1):
+            response = await _get(client, target, await policy.addresses(target.host, _port(target), subject))
+            try:
+                if not response.is_redirect:
+                    return await _body(response, url)
+                location = target.join(response.headers["location"])
+            finally:
+                await response.aclose()
+            if location.scheme not in ("http", "https"):
+                raise MediaRefused(f"image URL {url} redirects to {location}, not an http(s):// URL")
+            target, subject = location, f"image URL {url} redirects to {location}, whose host {location.host}"
+    raise MediaRefused(f"image URL {url} redirects more than {policy.max_redirects} times")
+
+
+async def _get(client: httpx.AsyncClient, url: httpx.URL, addresses: list[str]) -> httpx.Response:
+    """A streamed GET of ``url`` connected to the first of ``addresses`` that answers: the request names the
+    address, its Host header and TLS (server name and certificate check) the URL's host."""
+    headers = {"host": url.netloc.decode("ascii")}
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+
+    def request(address: str) -> httpx.Request:
+        return client.build_request("GET", url.copy_with(host=address), headers=headers, extensions=extensions)
+
+    for address in addresses[:-1]:
+        try:
+            return await client.send(request(address), stream=True)
+        except httpx.ConnectError:
+            continue  # another address of the host may answer
+    return await client.send(request(addresses[-1]), stream=True)
+
+
+async def _body(response: httpx.Response, url: str) -> bytes:
+    if response.status_code != 200:
+        raise ValueError(f"Fetching the image at {url} gave HTTP {response.status_code}")
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit():
+        _check_size(int(declared), url)
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        _check_size(size, url)  # a server may send more than it declared, or declare nothing
+        chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _port(url: httpx.URL) -> int:
+    return url.port or (443 if url.scheme == "https" else 80)
 
 
 def _check_size(size: int, source: str) -> None:

@@ -20,6 +20,12 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0
 _TOKEN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0)
 
 
+def kv_blocks_in_use(engine: LLMEngine) -> int:
+    """Blocks held by requests, over every replica's pool."""
+    scheduler = engine.scheduler
+    return engine.config.num_kv_blocks * len(scheduler.kvs) - scheduler.num_free_blocks
+
+
 class _EngineState(Collector):
     """Requests by scheduler state and KV blocks, read at scrape time (lengths and counters: reading them from
     the scraping thread while the loop thread steps is safe)."""
@@ -39,9 +45,8 @@ class _EngineState(Collector):
                 continue
             for state, family in states.items():
                 family.add_metric([name], len(getattr(scheduler, state)))
-            pool = engine.config.num_kv_blocks * len(scheduler.kvs)  # every replica's
-            in_use.add_metric([name], pool - scheduler.num_free_blocks)
-            total.add_metric([name], pool)
+            in_use.add_metric([name], kv_blocks_in_use(engine))
+            total.add_metric([name], engine.config.num_kv_blocks * len(scheduler.kvs))  # every replica's
         yield from states.values()
         yield in_use
         yield total

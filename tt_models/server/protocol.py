@@ -7,9 +7,10 @@ servers ignore them.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from tt_models.engine.sampling import SamplingParams
 from tt_models.engine.structured_output import StructuredOutputsParams
@@ -210,10 +211,65 @@ class ContentPart(OpenAIRequest):
         return self
 
 
+class FunctionDefinition(OpenAIRequest):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments object
+    strict: bool | None = None
+
+
+class ChatTool(OpenAIRequest):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(OpenAIRequest):
+    name: str
+
+
+class NamedToolChoice(OpenAIRequest):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class CalledFunction(OpenAIRequest):
+    name: str
+    arguments: str | dict[str, Any] | None = None  # OpenAI's JSON text; vLLM also takes the object
+
+
+class MessageToolCall(OpenAIRequest):
+    """A call of an earlier assistant message, sent back with the conversation."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+    def for_template(self) -> dict[str, Any]:
+        """As HF's templates take it (vLLM's ``_postprocess_messages``): the arguments as an object."""
+        arguments = self.function.arguments or {}
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"tool_calls: the arguments of {self.function.name!r} are not JSON: {error}") from None
+        call = {"type": "function", "function": {"name": self.function.name, "arguments": arguments}}
+        return call if self.id is None else {"id": self.id, **call}
+
+
 class ChatMessage(OpenAIRequest):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # assistant messages
+    tool_call_id: str | None = None  # tool messages: the call they answer
+
+    @model_validator(mode="after")
+    def _tool_fields_fit_the_role(self) -> ChatMessage:
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs tool_call_id")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"tool_calls are for assistant messages, not {self.role}")
+        return self
 
     def image_urls(self) -> list[str]:
         """The URLs of the message's image parts, in order."""
@@ -239,6 +295,10 @@ class ChatMessage(OpenAIRequest):
         message = {"role": self.role, "content": content or ""}
         if self.name is not None:
             message["name"] = self.name
+        if self.tool_calls:
+            message["tool_calls"] = [call.for_template() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
         return message
 
 
@@ -248,6 +308,9 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None  # (tools' default: "auto")
+    parallel_tool_calls: bool | None = True
     # vLLM extras.
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
@@ -273,9 +336,21 @@ class ChatLogprobs(BaseModel):
     content: list[TokenLogprob]
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # a JSON text
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatChoice(BaseModel):
@@ -295,9 +370,33 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
 
 
+class _WithoutNone(BaseModel):
+    """Leaves unset fields out: the openai client's stream helpers take a ``null`` ``type`` in a later delta of a
+    tool call for a new value."""
+
+    @model_serializer(mode="wrap")
+    def _without_none(self, handler: Any) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class DeltaFunctionCall(_WithoutNone):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(_WithoutNone):
+    """A call's first delta has its id, type and name; later ones add to its arguments."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -1,0 +1,95 @@
+"""SIGTERM to a real ``tt-models serve`` during 32 streamed requests: readiness and new requests answer 503 at once,
+the requests that can finish within ``--shutdown-timeout`` do, the rest end with an error event, none hangs, and the
+process exits 0 within the timeout with no KV block in use."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.process import free_port, wait_healthy
+from tt_models.server.shutdown import ABORT_GRACE_S
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "bart-stop"
+TIMEOUT = 4.0  # --shutdown-timeout
+SHORT, LONG = 48, 1000  # tokens: a fraction of a second for 32 sequences of the tiny BART, and far more than TIMEOUT
+
+
+class Stream(threading.Thread):
+    """One streamed completion, read to its end: ``outcome`` "completed" (every choice finished, then [DONE]) or
+    the error event's code."""
+
+    def __init__(self, url: str, max_tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.max_tokens = url, max_tokens
+        self.started = threading.Event()
+        self.outcome: str | None = None
+
+    def run(self) -> None:
+        body = {"model": NAME, "prompt": "Hello world", "max_tokens": self.max_tokens, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        finished, error = False, None
+        with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if line == "data: [DONE]":
+                    self.outcome = error or ("completed" if finished else "ended unfinished")
+                    return
+                if line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    self.started.set()
+                    if "error" in event:
+                        error = event["error"]["code"]
+                    else:
+                        finished = finished or event["choices"][0]["finish_reason"] == "length"
+        self.outcome = "no [DONE]"
+
+
+def test_sigterm_finishes_what_it_can_and_fails_the_rest(bart_dir, tmp_path):
+    port, log = free_port(), tmp_path / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "tt_models.server.cli", "serve", str(bart_dir), "--served-model-name", NAME,
+               "--max-num-seqs", "32", "--max-model-len", "1024", "--backend", "host", "--optimizations", "accuracy",
+               "--port", str(port), "--shutdown-timeout", str(TIMEOUT)]
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_healthy(url, process, log, seconds=180)
+        streams = [Stream(url, SHORT if i % 2 else LONG) for i in range(32)]
+        for stream in streams:
+            stream.start()
+        for stream in streams:
+            assert stream.started.wait(60), "a stream sent nothing"
+        process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+
+        deadline = signalled + 2
+        while httpx.get(f"{url}/health", timeout=5).status_code != 503:
+            assert time.monotonic() < deadline, "readiness still 200 after SIGTERM"
+            time.sleep(0.05)
+        refused = httpx.post(f"{url}/v1/completions", json={"model": NAME, "prompt": "Hi"}, timeout=5)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+
+        for stream in streams:
+            stream.join(TIMEOUT + ABORT_GRACE_S + 10)
+            assert not stream.is_alive(), "a stream hangs"
+        outcomes = [(stream.max_tokens, stream.outcome) for stream in streams]
+        assert sorted(set(outcomes)) == [(SHORT, "completed"), (LONG, "server_shutting_down")], outcomes
+        assert process.wait(TIMEOUT + ABORT_GRACE_S + 10) == 0
+        assert time.monotonic() - signalled < TIMEOUT + ABORT_GRACE_S
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = log.read_text()
+    assert f"{NAME} stopped with 0 KV blocks in use" in text and "Traceback" not in text, text
