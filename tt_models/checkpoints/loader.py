@@ -30,6 +30,7 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from transformers import (
     AutoConfig,
+    AutoImageProcessor,
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
     AutoModelForSeq2SeqLM,
@@ -64,9 +65,11 @@ ALIASES: dict[str, Callable[[], Path]] = {
 """Short names (matched case-insensitively) for checkpoints installed as Python packages."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-IMAGE_PROCESSORS: dict[str, type[BaseImageProcessor]] = {"mllama": MllamaImageProcessorPil}
-"""Image processors read from a directory's ``preprocessor_config.json``, by model type (pillow backends:
-torchvision is not installed)."""
+IMAGE_PROCESSORS: dict[str, type[BaseImageProcessor] | type[AutoImageProcessor]] = {
+    "mllama": MllamaImageProcessorPil, "qwen2_5_vl": AutoImageProcessor}
+"""Image processors read from a directory's ``preprocessor_config.json``, by model type. Mllama's: the pillow
+backend. Qwen2.5-VL's: HF's default backend, torchvision's where installed (the one vLLM's processor uses, whose
+resize differs from pillow's by a few levels), else pillow's."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class Checkpoint:
     With tied embeddings ``lm_head.weight`` is present and shares storage with
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
     ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
-    image processor of Llama 3.2 Vision directories with a ``preprocessor_config.json``; None otherwise.
+    image processor of Llama 3.2 Vision and Qwen2.5-VL directories with a ``preprocessor_config.json``; None
+    otherwise.
     ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
     An HF Whisper directory's is completed with the Whisper fields it lacks (``whisper_generation``).
     """

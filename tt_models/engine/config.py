@@ -29,9 +29,23 @@ class KVShape:
         return KVShape(self.num_layers, self.num_kv_heads // min(chips, self.num_kv_heads), self.head_dim)
 
 
+PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl"})  # image tokens in the prompt, the vision tower's output in their rows
+
+
+def has_prompt_images(hf_config: PretrainedConfig) -> bool:
+    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL)."""
+    return getattr(hf_config, "model_type", None) in PROMPT_IMAGE_MODELS
+
+
 def is_image_text(hf_config: PretrainedConfig) -> bool:
     """A vision encoder feeding a text decoder's cross-attention (Llama 3.2 Vision)."""
-    return getattr(hf_config, "vision_config", None) is not None and hasattr(hf_config, "text_config")
+    return (getattr(hf_config, "vision_config", None) is not None and hasattr(hf_config, "text_config")
+            and not has_prompt_images(hf_config))
+
+
+def takes_images(hf_config: PretrainedConfig) -> bool:
+    """Image prompts of either kind."""
+    return is_image_text(hf_config) or has_prompt_images(hf_config)
 
 
 def uses_cross_attention(hf_config: PretrainedConfig) -> bool:
@@ -41,7 +55,7 @@ def uses_cross_attention(hf_config: PretrainedConfig) -> bool:
 
 def decoder_config(hf_config: PretrainedConfig) -> PretrainedConfig:
     """The config of the model that generates: an image+text model's text model."""
-    return hf_config.text_config if is_image_text(hf_config) else hf_config
+    return hf_config.text_config if takes_images(hf_config) else hf_config
 
 
 def max_encoder_len(hf_config: PretrainedConfig) -> int:

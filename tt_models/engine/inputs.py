@@ -24,6 +24,11 @@ formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``, ``vllm/model_executor/mode
   Text is tokenized as HF's ``MllamaProcessor`` does it: ``<|begin_of_text|>`` added after the leading image
   tokens unless the text has it (a chat template's output does). The image is the request's encoder input;
   its cross blocks hold ``max_num_tiles * patches`` vision tokens.
+- Qwen2.5-VL (image tokens in the prompt): text (or token ids) with one ``<|image_pad|>`` per image in
+  ``multi_modal_data={"image": ...}`` (at most ``MAX_PROMPT_IMAGES``), as the chat template writes it
+  (``<|vision_start|><|image_pad|><|vision_end|>``); text is tokenized as vLLM does (special tokens added: Qwen's
+  tokenizer adds none). The checkpoint's image processor makes each image's flat patches and ``(t, h, w)`` grid, and
+  each placeholder is expanded to the image's ``t * h * w / merge**2`` tokens, as HF's and vLLM's processors do.
 
 Every problem with a request raises ``ValueError`` naming it, so the engine can fail that request alone.
 """
@@ -46,7 +51,7 @@ from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
 from typing_extensions import NotRequired, TypedDict
 
 from tt_models.audio import load_audio
-from tt_models.engine.config import decoder_config, is_image_text
+from tt_models.engine.config import decoder_config, has_prompt_images, is_image_text
 from tt_models.engine.config import max_encoder_len as model_max_encoder_len
 
 
@@ -94,6 +99,9 @@ class ProcessedInputs:
     encoder_prompt: str | None = None
     encoder_input: dict[str, torch.Tensor] | None = None
     encoder_len: int = 0
+    # Qwen2.5-VL: each image's ``pixel_values`` ([t * h * w, C * T * p * p]) and ``image_grid_thw`` ([3]), handed to
+    # every prefill of the request (chunks holding image tokens and recomputation rerun the vision tower).
+    prompt_images: dict[str, list[torch.Tensor]] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,11 @@ class _Singleton:
 
 
 MAX_IMAGES_PER_REQUEST = 1  # Llama 3.2 Vision on TT: one image's cross blocks per request
+MAX_PROMPT_IMAGES = 4  # Qwen2.5-VL, as tt-models registers it with vLLM (tt_models/vllm/multimodal.py)
+
+
+def max_images_per_request(hf_config: PretrainedConfig) -> int:
+    return MAX_PROMPT_IMAGES if has_prompt_images(hf_config) else MAX_IMAGES_PER_REQUEST
 
 _TEXT_KEYS = frozenset({"prompt", "multi_modal_data"})
 _TOKENS_KEYS = frozenset({"prompt_token_ids", "prompt", "multi_modal_data"})
@@ -140,6 +153,8 @@ class InputProcessor:
         self.is_whisper = hf_config.model_type == "whisper"
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
         self.image_token_id: int | None = None
+        if has_prompt_images(hf_config):
+            self.image_token_id, self.image_processor = hf_config.image_token_id, processor
         if is_image_text(hf_config):
             self.image_token_id = hf_config.image_token_index
             self.max_encoder_len = model_max_encoder_len(hf_config)
@@ -182,6 +197,8 @@ class InputProcessor:
             return self._process_whisper(prompt, language, task, previous_text)
         if self.is_encoder_decoder:
             return self._process_encoder_decoder(prompt)
+        if has_prompt_images(self.hf_config):
+            return self._process_prompt_images(prompt)
         if self.image_token_id is not None:
             return self._process_image_text(prompt)
         if _is_explicit(prompt):
@@ -232,6 +249,33 @@ class InputProcessor:
             return ProcessedInputs(token_ids, parsed.text)
         return ProcessedInputs(token_ids, parsed.text, encoder_input={"image": images[0]},
                                encoder_len=self.max_encoder_len)
+
+    def _process_prompt_images(self, prompt: PromptType) -> ProcessedInputs:
+        if _is_explicit(prompt):
+            raise ValueError(f"{self.hf_config.model_type} takes a prompt with one <|image_pad|> per image and "
+                             "multi_modal_data={'image': ...}, not an ExplicitEncoderDecoderPrompt")
+        parsed = _parse_singleton(prompt, "prompt")
+        images = _images(parsed.multi_modal_data, self.hf_config.model_type, MAX_PROMPT_IMAGES)
+        token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=True)
+        count = token_ids.count(self.image_token_id)
+        if count != len(images):
+            raise ValueError(f"The prompt has {count} <|image_pad|> tokens for {len(images)} images: give one "
+                             "<|image_pad|> token per image (the chat template writes them)")
+        prompt_images = None
+        if images:
+            if self.image_processor is None:
+                raise ValueError(f"{self.hf_config.model_type} needs the checkpoint's preprocessor_config.json "
+                                 "to take images")
+            out = self.image_processor(images=images, return_tensors="pt")
+            grids = list(out["image_grid_thw"])
+            merge = self.hf_config.vision_config.spatial_merge_size ** 2
+            counts = iter(int(grid.prod()) // merge for grid in grids)
+            token_ids = [t for token in token_ids
+                         for t in ([token] * next(counts) if token == self.image_token_id else [token])]
+            prompt_images = {"pixel_values": list(out["pixel_values"].split([int(g.prod()) for g in grids])),
+                             "image_grid_thw": grids}
+        self._check_decoder_len(token_ids, "prompt")
+        return ProcessedInputs(token_ids, parsed.text, prompt_images=prompt_images)
 
     def _process_whisper(self, prompt: PromptType, language: str | None, task: str | None,
                          previous_text: str | None) -> ProcessedInputs:
@@ -403,8 +447,9 @@ def audio_waveform(item: Any, rate: int, max_seconds: float | None = None) -> np
     return samples
 
 
-def _images(multi_modal_data: Mapping[str, Any] | None, model_type: str) -> list[Image.Image]:
-    """The request's images (vLLM's ``{"image": image or [images]}``): at most one, each a PIL image."""
+def _images(multi_modal_data: Mapping[str, Any] | None, model_type: str,
+            limit: int = MAX_IMAGES_PER_REQUEST) -> list[Image.Image]:
+    """The request's images (vLLM's ``{"image": image or [images]}``): at most ``limit``, each a PIL image."""
     if not multi_modal_data:
         return []
     others = sorted(set(multi_modal_data) - {"image"})
@@ -412,8 +457,8 @@ def _images(multi_modal_data: Mapping[str, Any] | None, model_type: str) -> list
         raise ValueError(f"{model_type} takes only images; unsupported multi-modal data: {others}")
     images = multi_modal_data["image"]
     images = list(images) if isinstance(images, (list, tuple)) else [images]
-    if len(images) > MAX_IMAGES_PER_REQUEST:
-        raise ValueError(f"{model_type} on TT takes at most {MAX_IMAGES_PER_REQUEST} image per request, "
+    if len(images) > limit:
+        raise ValueError(f"{model_type} on TT takes at most {limit} image{'s' if limit > 1 else ''} per request, "
                          f"got {len(images)}")
     for image in images:
         if not isinstance(image, Image.Image):

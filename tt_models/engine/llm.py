@@ -10,6 +10,7 @@ from typing import Any, Literal
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from tt_models.engine.chat import Conversation, conversation_prompt
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
@@ -98,6 +99,24 @@ class LLM:
                 engine.abort_request(request_id)
             raise
         return self._run(ids, use_tqdm)
+
+    def chat(self, messages: Conversation | Sequence[Conversation],
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, use_tqdm: bool = True,
+             add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None
+             ) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``: each conversation through the model's chat template (images as ``image_pil`` or
+        inline ``image_url`` parts, tt_models/engine/chat.py), then :meth:`generate`. One conversation may be
+        given alone."""
+        conversations = [messages] if messages and isinstance(messages[0], Mapping) else list(messages)
+        tokenizer, kwargs = self.get_tokenizer(), chat_template_kwargs or {}
+        prompts = []
+        for i, conversation in enumerate(conversations):
+            try:
+                prompts.append(conversation_prompt(tokenizer, conversation,
+                                                   add_generation_prompt=add_generation_prompt, **kwargs))
+            except ValueError as e:
+                raise ValueError(f"conversation {i}: {e}") from e
+        return self.generate(prompts, sampling_params, use_tqdm)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         engine = self.llm_engine

@@ -21,7 +21,8 @@ from transformers.models.auto.modeling_auto import (
 
 from tt_models.checkpoints import Checkpoint
 from tt_models.engine.config import (
-    HOST_KV_CACHE_BYTES, EngineConfig, KVShape, decoder_config, is_image_text, kv_shape, max_encoder_len,
+    HOST_KV_CACHE_BYTES, EngineConfig, KVShape, decoder_config, has_prompt_images, is_image_text, kv_shape,
+    max_encoder_len,
     uses_cross_attention,
 )
 from tt_models.engine.input_batch import InputBatch, page_table_width
@@ -36,11 +37,13 @@ def generator_classes() -> dict[str, type]:
     from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
     from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
     from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+    from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
     from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
     return {cls.__name__: cls for cls in (BartForConditionalGeneration, MBartForConditionalGeneration,
                                           LlamaForCausalLM, MistralForCausalLM, MllamaForConditionalGeneration,
-                                          Qwen2ForCausalLM, WhisperForConditionalGeneration)}
+                                          Qwen2ForCausalLM, Qwen2_5_VLForConditionalGeneration,
+                                          WhisperForConditionalGeneration)}
 
 
 def generator_class(hf_config: Any) -> type:
@@ -71,6 +74,7 @@ class ModelRunner:
         self.vocab_size: int = decoder_config(hf_config).vocab_size
         self.uses_cross = uses_cross_attention(hf_config)
         self.image_text = is_image_text(hf_config)
+        self.prompt_images = has_prompt_images(hf_config)
         self.device = None
         replicas = config.data_parallel_size
         if generator is None:
@@ -163,6 +167,8 @@ class ModelRunner:
         kwargs = self.batch.prefill_kwargs(step, encoder_inputs)
         if self.image_text:
             logits = self._prefill_image_text(kwargs, [seq.request for seq, _ in out.scheduled])
+        elif self.prompt_images:
+            logits = self._prefill_prompt_images(kwargs, [seq.request for seq, _ in out.scheduled])
         else:
             logits = self.model.prefill_forward(**kwargs, kv_cache=self.kv_cache)
         self.batch.advance(step)
@@ -181,6 +187,11 @@ class ModelRunner:
                 masks[self.batch.row_of[seq.key]] = seq.request.vision_masks
             kwargs.update(cross_attention_masks=[m[0] for m in masks],
                           full_text_row_masked_out_mask=[m[1] for m in masks])
+        if self.prompt_images:  # every row's delta at every step: the model then keeps no state across steps
+            deltas = [0] * self.config.max_num_seqs
+            for seq, _ in out.scheduled:
+                deltas[self.batch.row_of[seq.key]] = seq.request.rope_delta
+            kwargs["rope_deltas_all_users"] = deltas
         tt_out = self.model.decode_forward(**kwargs, kv_cache=self.kv_cache, read_from_device=False)
         self.batch.advance(step)
         return tt_out, step.rows, on_device
@@ -222,6 +233,22 @@ class ModelRunner:
             cross_attention_masks=masks, kv_cache=self.kv_cache)
         for request, mask, text_row in zip(requests, masks, text_rows):
             request.vision_masks = (mask, text_row)
+        return logits
+
+    def _prefill_prompt_images(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
+        """TT vLLM's V1 image contract (Qwen2.5-VL): a row's images (None: text only) at every prefill whose chunk
+        ends past its first image token, so a chunk holding image tokens, a copy-on-write rebuild or a recomputation
+        after preemption reruns the vision tower on them (and later chunks get the images' positions); the M-RoPE
+        deltas returned are kept per request for decode."""
+        image_token = self.model.image_token_id
+        images = [r.inputs.prompt_images if r.inputs.prompt_images is not None
+                  and image_token in r.inputs.prompt_token_ids[:end] else None
+                  for r, end in zip(requests, kwargs["prompt_lens"].tolist())]
+        logits, deltas = self.model.prefill_forward(
+            **kwargs, pixel_values=[None if i is None else i["pixel_values"] for i in images],
+            image_grid_thw=[None if i is None else i["image_grid_thw"] for i in images], kv_cache=self.kv_cache)
+        for request, delta in zip(requests, deltas.tolist()):
+            request.rope_delta = delta
         return logits
 
     def write_cross(self, states: torch.Tensor, cross_blocks: list[int], encoder_len: int, replica: int) -> None:

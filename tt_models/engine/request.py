@@ -141,6 +141,8 @@ class Request:
         # Image+text models: (cross_attention_mask, full_text_row_masked_out_mask) from the prefill that wrote its
         # cross K/V, handed back at every later step (see tt_models/models/mllama/generator.py).
         self.vision_masks: tuple[object, object] = (None, None)
+        # M-RoPE models (Qwen2.5-VL): the rope delta its prefill returned, handed back at every decode step.
+        self.rope_delta = 0
         self.metrics = RequestMetrics(arrival_time)
         # No sequence may outgrow the model's context, whatever max_tokens says.
         room = max_model_len - len(inputs.prompt_token_ids)

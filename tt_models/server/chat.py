@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import jinja2
 from fastapi import Request, Response
 
-from tt_models.engine.config import is_image_text
-from tt_models.engine.inputs import MAX_IMAGES_PER_REQUEST, PromptType, TextPrompt, TokensPrompt
+from tt_models.engine.config import takes_images as model_takes_images
+from tt_models.engine.inputs import PromptType, TextPrompt, TokensPrompt, max_images_per_request
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import CompletionOutput, Logprob
 from tt_models.engine.sampling import SamplingParams
@@ -41,12 +41,14 @@ async def chat_prompt(body: ChatCompletionRequest, engine: LLMEngine, model_name
         if plan is not None:
             raise ValueError(f"{model_name} does not take tools: it has no chat template")
         raise ValueError(f"{model_name} has no chat template: use /v1/completions")
-    takes_images = is_image_text(engine.checkpoint.config)
+    config = engine.checkpoint.config
+    takes_images, max_images = model_takes_images(config), max_images_per_request(config)
     urls = [url for message in body.messages for url in message.image_urls()]
     if urls and not takes_images:
         raise ValueError(f"{model_name} does not take images: only text content parts are supported")
-    if len(urls) > MAX_IMAGES_PER_REQUEST:
-        raise ValueError(f"{model_name} takes at most {MAX_IMAGES_PER_REQUEST} image per request, got {len(urls)}")
+    if len(urls) > max_images:
+        raise ValueError(f"{model_name} takes at most {max_images} image{'s' if max_images > 1 else ''} per request, "
+                         f"got {len(urls)}")
     messages = [message.for_template(with_images=takes_images) for message in body.messages]
     kwargs = dict(body.chat_template_kwargs or {})
     if plan is not None:

@@ -28,12 +28,14 @@ def mrope_positions(tokens: torch.Tensor, image_grids: Sequence[Sequence[int]], 
 
     ``image_grids``: each image's ``(t, h, w)`` patch grid (``image_grid_thw``), in prompt order. Each run of image
     tokens is one image (real prompts put ``<|vision_start|>`` / ``<|vision_end|>`` between images), holding its
-    ``t * (h / m) * (w / m)`` merged tokens.
+    ``t * (h / m) * (w / m)`` merged tokens. ``tokens`` may stop inside or before an image (the prompt up to a
+    prefill chunk's end): the last run may be that image's first tokens, and the grids of images past the end go
+    unused. Positions depend only on what comes before, so they are the whole prompt's first ``len(tokens)``.
     """
     runs = image_runs(tokens == image_token_id)
     grids = [tuple(int(v) for v in grid) for grid in image_grids]
     image_count = sum(is_image for is_image, _, _ in runs)
-    if image_count != len(grids):
+    if image_count > len(grids):
         raise ValueError(f"{image_count} runs of image tokens in the prompt but {len(grids)} image grids")
     parts, current, grid_iter = [], 0, iter(grids)
     for is_image, start, end in runs:
@@ -43,11 +45,12 @@ def mrope_positions(tokens: torch.Tensor, image_grids: Sequence[Sequence[int]], 
             continue
         t, h, w = next(grid_iter)
         h, w = h // spatial_merge_size, w // spatial_merge_size
-        if end - start != t * h * w:
+        cut = end == len(tokens) and end - start < t * h * w  # the image goes on past the tokens given
+        if end - start != t * h * w and not cut:
             raise ValueError(f"an image of grid {(t, h * spatial_merge_size, w * spatial_merge_size)} has {t * h * w} "
                              f"tokens, the prompt holds a run of {end - start}")
         grid = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
-        parts.append(torch.stack(grid).reshape(3, -1) + current)
+        parts.append(torch.stack(grid).reshape(3, -1)[:, : end - start] + current)
         current += max(h, w)  # (HF: the temporal axis does not advance the text after a still image)
     positions = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.int64)
     delta = int(positions.max()) + 1 - len(tokens) if len(tokens) else 0

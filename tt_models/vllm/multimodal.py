@@ -1,0 +1,59 @@
+"""vLLM's multimodal registration of tt-models' image+text classes, as tt-metal registers its own
+(``research/vlm_v1.md`` section 1).
+
+vLLM treats a model as multimodal only when its class is ``SupportsMultiModal`` and carries a processor registered
+with ``MULTIMODAL_REGISTRY``; the processor (vLLM's own, run on the host in the front end and again for the
+scheduler's encoder budget) expands each image's placeholder in the prompt and hands the model its
+``pixel_values`` / ``image_grid_thw`` per request. This module imports vLLM, so only ``generator_vllm`` (the module
+TT vLLM loads) imports it; the model packages and tt-models' engine never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vllm.model_executor.models.interfaces import SupportsMultiModal
+from vllm.model_executor.models.qwen2_5_vl import (
+    Qwen2_5_VLDummyInputsBuilder, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLMultiModalProcessor,
+    Qwen2_5_VLProcessingInfo,
+)
+from vllm.multimodal import MULTIMODAL_REGISTRY
+
+__all__ = ["Qwen2_5_VLMultiModal", "register_qwen2_5_vl"]
+
+# HF's own default (1280 merged tokens of 28 x 28 px). The real checkpoints' preprocessor_config.json allows
+# 12845056 px, 16384 tokens an image: vLLM would budget every image at that, more than a 4096-token context.
+QWEN2_5_VL_MAX_PIXELS = 28 * 28 * 1280
+QWEN2_5_VL_MAX_IMAGES = 4  # per prompt; the class takes several (each runs the vision tower on its own)
+
+
+class TTQwen2_5_VLProcessingInfo(Qwen2_5_VLProcessingInfo):
+    """Images only (no video path in the TT class), at most ``QWEN2_5_VL_MAX_IMAGES`` a prompt, each resized to at
+    most ``QWEN2_5_VL_MAX_PIXELS``."""
+
+    def get_supported_mm_limits(self) -> Mapping[str, int | None]:
+        return {"image": QWEN2_5_VL_MAX_IMAGES, "video": 0}
+
+    def get_hf_processor(self, **kwargs: object) -> Any:
+        # vLLM caches the processor; its image processor's size is what both the resize and vLLM's token counts
+        # (``_get_vision_info``, the encoder budget) read, so capping it there keeps the two in step.
+        processor = super().get_hf_processor(**kwargs)
+        size = processor.image_processor.size
+        if size["longest_edge"] > QWEN2_5_VL_MAX_PIXELS:
+            processor.image_processor.size = size | {"longest_edge": QWEN2_5_VL_MAX_PIXELS}
+        return processor
+
+
+register_qwen2_5_vl = MULTIMODAL_REGISTRY.register_processor(
+    Qwen2_5_VLMultiModalProcessor, info=TTQwen2_5_VLProcessingInfo, dummy_inputs=Qwen2_5_VLDummyInputsBuilder)
+
+
+class Qwen2_5_VLMultiModal(SupportsMultiModal):
+    """What vLLM asks of a Qwen2.5-VL class beside its processor (the TT class derives from it after its generator
+    base, so the generator's members win over the protocol's stubs)."""
+
+    @classmethod
+    def get_placeholder_str(cls, modality: str, i: int) -> str | None:
+        # A chat message's image where the chat template takes text only: vLLM's Qwen2.5-VL's placeholder.
+        return Qwen2_5_VLForConditionalGeneration.get_placeholder_str(modality, i)
