@@ -1,10 +1,12 @@
-"""Traced decode (host backend): each family's captured decode gives logits bit-identical to eager decode (one model
-a family: the Llama family by Mistral, GQA with a sliding window; tests/vllm/test_plugin_host.py serves the tiny
-Llama, Qwen2 and Mistral traced through the plugin).
+"""Traced decode (host backend): each family's captured decode gives logits bit-identical to eager decode (the Llama
+family by Mistral, GQA with a sliding window; tests/vllm/test_plugin_host.py serves the tiny Llama, Qwen2 and Mistral
+traced through the plugin).
 
-Driven as TT vLLM drives it (``VllmDriver`` with ``trace_check``): requests join and leave, page tables grow
-across block boundaries and carry stale tails, positions advance; each step runs eagerly and then through the
-replica's trace (one ``execute_trace`` per replica and step), captured once for the whole run.
+Two runs per family, each on its own model instance (same weights) and its own fresh KV cache, driven as TT vLLM
+drives them (``VllmDriver``): requests join and leave, page tables grow across block boundaries and carry stale
+tails, positions advance. One run decodes eagerly only, the other traced only (one ``execute_trace`` per replica
+and step, captured once), so every K/V the traced run reads was written by its own trace: a replay that dropped
+or misplaced cache writes (or read a stale input) gives other logits from its second step on.
 """
 
 import pytest
@@ -12,14 +14,17 @@ import torch
 
 from tests.models.hf_reference import tiny_model
 from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
+from tests.models.qwen2_5_vl_reference import processed, prompt, tiny_qwen2_5_vl
+from tests.models.qwen2_5_vl_reference import random_image as qwen_image
 from tests.models.seq2seq_reference import CASES as SEQ2SEQ, encoder_input, tiny_seq2seq
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.runtime import use
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 128
-NEW_TOKENS = 6
+NEW_TOKENS, JOIN_AFTER = 6, 2
 LLAMA = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM}
 
 
@@ -28,16 +33,28 @@ def _kv(model):
     return model.allocate_kv_cache((NUM_BLOCKS, n_kv_heads, BLOCK, head_dim), torch.bfloat16, model.models[0].n_layers)
 
 
-def build(name, device):
-    """(generator, kv cache, driver, requests); prompts end just before a block boundary so that decode grows
-    the page tables mid-run."""
+def build(name, device, enable_trace=False):
+    """(generator, kv cache, driver, requests), the driver decoding traced with ``enable_trace``; prompts end just
+    before a block boundary so that decode grows the page tables mid-run."""
     g = torch.Generator().manual_seed(1)
-    if name in LLAMA:
+    if name == "qwen2.5-vl":
+        hf = tiny_qwen2_5_vl()
+        model = Qwen2_5_VLForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
+                                                                   max_seq_len=MAX_LEN)
+        kv = _kv(model)
+        driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
+                            width=MAX_LEN // BLOCK, enable_trace=enable_trace, mrope=True)
+        pixel_values, grids = processed([qwen_image(112, 56, seed=1), qwen_image(56, 84, seed=2)])
+        text = [torch.randint(3, 490, (n,), generator=g).tolist() for n in (9, 11, 7, 15)]
+        rows = [(prompt(text[:2], grids[:1]), pixel_values[:1], grids[:1]), (text[2] * 5, None, None),
+                (prompt(text[2:], grids[1:]), pixel_values[1:], grids[1:])]  # (one image, text only, one image)
+        requests = [Request(tokens=t, prompt_len=len(t), pixel_values=pv, grids=gr) for t, pv, gr in rows]
+    elif name in LLAMA:
         hf = tiny_model(name)
         model = LLAMA[name].from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH, max_seq_len=MAX_LEN)
         kv = _kv(model)
         driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
-                            width=MAX_LEN // BLOCK, trace_check=True)
+                            width=MAX_LEN // BLOCK, enable_trace=enable_trace)
         requests = [Request(tokens=torch.randint(3, hf.config.vocab_size, (n,), generator=g).tolist(), prompt_len=n)
                     for n in (30, 37, 9)]
     elif name in SEQ2SEQ:
@@ -51,7 +68,7 @@ def build(name, device):
                                     encoder_input=ours, encoder_len=encoder_len))
         cross_width = -(-max(r.encoder_len for r in requests) // BLOCK)
         driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
-                            width=64 // BLOCK, cross_width=cross_width, trace_check=True)
+                            width=64 // BLOCK, cross_width=cross_width, enable_trace=enable_trace)
     else:
         hf = tiny_mllama()
         model = MllamaForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH,
@@ -59,7 +76,7 @@ def build(name, device):
         kv = _kv(model)
         driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
                             width=64 // BLOCK, cross_width=-(-model.max_cross_attn_tokens // BLOCK) + 1, vision=True,
-                            trace_check=True)
+                            enable_trace=enable_trace)
         prompts = [((40, 30), [1, IMAGE_TOKEN, 250, 61, 7, 8, 19, 23]), (None, [1, 44, 12, 90, 3]),
                    ((120, 50), [1, 5, IMAGE_TOKEN, 17, 33, 9])]
         requests = [Request(tokens=p, prompt_len=len(p), image=None if size is None else random_image(*size, seed=1),
@@ -67,15 +84,28 @@ def build(name, device):
     return model, kv, driver, requests
 
 
-@pytest.mark.parametrize("name", ["mistral-window", "whisper-multilingual", "mllama"])
-def test_traced_decode_is_bit_identical_to_eager(host_device, name):
-    model, kv, driver, requests = build(name, host_device)
+def run(name, device, enable_trace):
+    """Every prefill's and decode step's logits (request, logits) in order, and the generator and driver."""
+    model, kv, driver, requests = build(name, device, enable_trace)
     g = torch.Generator().manual_seed(2)
     sequences = [torch.tensor(r.tokens + torch.randint(3, 200, (NEW_TOKENS,), generator=g).tolist())
                  for r in requests]
-    teacher_forced_steps(driver, requests, sequences, slots=(1, 3, 0), join_after=2, new_tokens=NEW_TOKENS,
-                         delivery="decode", check=lambda i, logits: None)
-    assert model.traces.executions > NEW_TOKENS  # the driver checks one execute_trace per step
+    seen = []
+    teacher_forced_steps(driver, requests, sequences, slots=(1, 3, 0), join_after=JOIN_AFTER,
+                         new_tokens=NEW_TOKENS, delivery="decode", check=lambda i, logits: seen.append((i, logits)))
+    return seen, model, driver
+
+
+@pytest.mark.parametrize("name", ["mistral-window", "whisper-multilingual", "bart", "mbart", "mllama", "qwen2.5-vl"])
+def test_traced_only_decode_is_bit_identical_to_eager_only(host_device, name):
+    eager, _, _ = run(name, host_device, enable_trace=False)
+    traced, model, driver = run(name, host_device, enable_trace=True)
+    # Two requests, a third joining at their second step (its prefill in between), the first two leaving after 6
+    assert driver.decode_steps == JOIN_AFTER + NEW_TOKENS - 1 and len(traced) == len(eager)
+    for step, ((i, expected), (j, got)) in enumerate(zip(eager, traced)):
+        assert i == j and torch.equal(got, expected), \
+            f"request {i}, logits #{step}: traced differs from eager by {float((got - expected).abs().max())}"
+    assert model.traces.executions == driver.decode_steps * len(model.devices), "one execute_trace a step"
     assert len(model.traces.captures) == 1, "one capture for the whole run (same shapes, same mode)"
     model.release_traces()
     assert not model.traces.captures

@@ -2,18 +2,23 @@
 argmax / top-k / sampling ops (and log-probs with softmax / gather / log), inside the decode trace.
 
 Greedy tokens equal the host argmax of the same step's logits (mixed batches included); seeded top-k/top-p
-draws repeat per seed whatever the batch and whether traced or not; log-probs match the host's
-``log_softmax``; penalties follow vLLM's rules.
+draws repeat per seed whatever the batch and whether traced or not, and follow the engine's host sampler's
+distribution; log-probs match the host's ``log_softmax``; penalties follow vLLM's rules. The distribution against
+softmax(logits / T) with the nucleus, and log-probs at T != 1: ``test_sampling_distribution.py``.
 """
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tests.models.test_decode_trace import build
+from tt_models.engine.sampler import Sampler
+from tt_models.engine.sampling import RowState, SamplingParams
 
 ROWS = 4  # MAX_BATCH of build()
+DEVICE_DRAWS, HOST_DRAWS = 150, 4000  # per request (the device draws cost a traced decode step each)
 
 
 def params(**fields):
@@ -125,3 +130,40 @@ def test_penalties_follow_vllm(prefilled):
         counts = torch.bincount(outs, minlength=row.numel()).float()
         row = row - 0.4 * counts - 0.6 * (counts > 0).float()
         assert int(tokens[r.slot]) == int(row.argmax()), r.slot
+
+
+def test_sampled_tokens_follow_the_host_samplers_distribution(prefilled):
+    """A seeded T = 0.7, top-k 20, top-p 0.9 step of the tiny Llama, sampled on the device (traced) over many seeds,
+    against the engine's host sampler (vLLM's semantics, another implementation) on the same logits: a two-sample
+    chi-square per request (p > 0.001). It found the host ttnn.sampling's nucleus taken over all 32 candidates
+    instead of the top k; the tiny model's logits are too flat for 150 draws to see the temperature, which
+    test_sampling_distribution.py checks. (The engine itself only sends greedy steps to the device.)"""
+    model, _, requests, _, step, logits = prefilled
+    active = [r.slot for r in requests]
+    sampling = dict(temperature=[0.7] * ROWS, top_k=[20] * ROWS, top_p=[0.9] * ROWS)
+    device = torch.stack([model.decode_forward(**step, enable_trace=True,
+                                               sampling_params=params(**sampling, seed=[seed] * ROWS))[active]
+                          for seed in range(DEVICE_DRAWS)], dim=1).long()  # [request, draw]
+    host_params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+    for row, drawn in zip(logits[active], device):
+        states = [RowState(replace(host_params, seed=seed), []) for seed in range(HOST_DRAWS)]
+        host = Sampler().sample(row.expand(HOST_DRAWS, -1), states).tokens
+        p_value, df = two_sample_chi_square(torch.bincount(drawn, minlength=row.numel()),
+                                            torch.bincount(host, minlength=row.numel()))
+        assert df >= 2 and p_value > 1e-3, (p_value, df)
+
+
+def two_sample_chi_square(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
+    """Whether two count vectors come from one distribution: tokens the smaller sample would see fewer than 5 times
+    (by the larger one's frequencies) pooled; the p-value is the chi-square survival function Q(df / 2, stat / 2)."""
+    a, b = a.double(), b.double()
+    rare = b / b.sum() * a.sum() < 5
+    a = torch.cat([a[~rare], a[rare].sum()[None]])
+    b = torch.cat([b[~rare], b[rare].sum()[None]])
+    seen = a + b > 0
+    a, b = a[seen], b[seen]
+    ka, kb = (b.sum() / a.sum()).sqrt(), (a.sum() / b.sum()).sqrt()
+    stat = float(((ka * a - kb * b) ** 2 / (a + b)).sum())
+    df = len(a) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64))), df

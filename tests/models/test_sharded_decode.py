@@ -72,13 +72,14 @@ def test_configs_per_board(board, dims, vocab, expected):
 @pytest.mark.parametrize("name", ["llama-gqa", "qwen2-bias"])
 def test_host_sharded_decode_is_bit_identical_to_interleaved(host_device, name):
     """Prefill, traced decode (captured, then replayed) and eager decode give the same logits bit for bit: the
-    sharding is layout only, and the host backend computes it so."""
+    sharding is layout only, and the host backend computes it so. Each layout runs twice on fresh caches: three
+    traced steps then an eager one (reading what the trace wrote), and eager steps only, the reference of all."""
     hf = tiny_model(name)
     tokens = torch.randint(0, hf.config.vocab_size, (2, 45), generator=torch.Generator().manual_seed(0))
     page_table = torch.tensor([[3, 1, 9, 9], [4, 5, 6, 2]], dtype=torch.int32)
     decode_table = torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]], dtype=torch.int32)
     outputs = {}
-    for sharded in (True, False):
+    for sharded, traced in ((True, True), (False, True), (True, False), (False, False)):
         model = LlamaForCausalLM.build_replicas(host_device, 4, 1, lambda device, users: LlamaModel(
             hf.config, hf.state_dict(), device, max_batch_size=users, max_seq_len=128, optimizations="performance",
             sharded_decode=sharded))
@@ -87,15 +88,17 @@ def test_host_sharded_decode_is_bit_identical_to_interleaved(host_device, name):
         kv = model.allocate_kv_cache((16, 2, 32, 32), torch.bfloat16, 2)
         steps = [model.prefill_forward(tokens=tokens, page_table=page_table, kv_cache=kv,
                                        prompt_lens=np.array([40, 45]))]
-        for step, trace in enumerate((True, True, True, False)):
+        for step, trace in enumerate((traced, traced, traced, False)):
             steps.append(model.decode_forward(
                 tokens=torch.full((4, 1), 7 + step), start_pos=torch.tensor([40 + step, -1, -1, 45 + step]),
                 page_table=decode_table, kv_cache=kv, enable_trace=trace))
-        assert model.traces.executions == 3 and len(model.traces.captures) == 1
+        assert model.traces.executions == 3 * traced and len(model.traces.captures) == traced
         model.release_traces()
-        outputs[sharded] = steps
-    for sharded, interleaved in zip(outputs[True], outputs[False]):
-        assert torch.equal(sharded, interleaved)
+        outputs[sharded, traced] = steps
+    reference = outputs[False, False]  # interleaved, eager only
+    for key, steps in outputs.items():
+        for step, (got, expected) in enumerate(zip(steps, reference)):
+            assert torch.equal(got, expected), f"(sharded, traced) = {key}, step {step}"
 
 
 @pytest.mark.parametrize("backend", [pytest.param("mock", marks=pytest.mark.mock), "host"])

@@ -112,10 +112,11 @@ def manual_seed(seeds: int | Tensor = 0, *, device: MeshDevice | None = None, us
 def sampling(input_values_tensor: Tensor, input_indices_tensor: Tensor, k: Tensor, p: Tensor, temp: Tensor, *,
              seed: int | None = None, sub_core_grids: CoreRangeSet | None = None,
              output_tensor: Tensor | None = None) -> Tensor:
-    """Per user row ``u`` of ``[1, 1, U, W]`` candidates: softmax of ``values * temp[u]`` (``temp`` holds 1/T),
-    keep the ``k[u]`` largest, then the shortest prefix whose probability mass reaches ``p[u]`` (at least one),
-    draw ``r`` from core ``u``'s PRNG and return ``indices[u, j]`` for the first ``j`` whose renormalised
-    cumulative probability exceeds ``r``. Output ``[1, 1, 1, U]`` UINT32 ROW_MAJOR."""
+    """Per user row ``u`` of ``[1, 1, U, W]`` candidates: the softmax of the ``k[u]`` largest ``values * temp[u]``
+    (``temp`` holds 1/T; the kernel masks the others before its softmax, so top-p sees the top-k's mass, as vLLM
+    does), then the shortest prefix whose probability mass reaches ``p[u]`` (at least one), draw ``r`` from core
+    ``u``'s PRNG and return ``indices[u, j]`` for the first ``j`` whose renormalised cumulative probability exceeds
+    ``r``. Output ``[1, 1, 1, U]`` UINT32 ROW_MAJOR."""
     op = "sampling"
     for t in (input_values_tensor, input_indices_tensor, k, p, temp):
         _check_on_device(t, op)
@@ -140,12 +141,13 @@ def sampling(input_values_tensor: Tensor, input_indices_tensor: Tensor, k: Tenso
     device = values.device()
     if seed is not None:
         manual_seed(seed, device=device)
-    probs = torch.softmax(values.float()[0, 0] * temp.float()[:, None], dim=-1)
-    order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    sorted_probs = order.values
+    scaled = values.float()[0, 0] * temp.float()[:, None]
+    order = torch.sort(scaled, dim=-1, descending=True, stable=True)
     position = torch.arange(width)[None, :]
+    in_top_k = position < top_k[:, None]
+    sorted_probs = torch.softmax(torch.where(in_top_k, order.values, -torch.inf), dim=-1)
     before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass of the better candidates
-    keep = (position < top_k[:, None]) & ((before < top_p[:, None]) | (position == 0))
+    keep = in_top_k & ((before < top_p[:, None]) | (position == 0))
     kept = torch.where(keep, sorted_probs, 0.0)
     cumulative = torch.cumsum(kept / kept.sum(-1, keepdim=True), dim=-1)
     draws = torch.stack([torch.rand((), generator=_prng(device, u)) for u in range(users)])
