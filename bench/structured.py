@@ -9,6 +9,11 @@ as the server streams) decoding 32 requests all unconstrained, then 32 of which 
 run, so every decode step masks 16 rows). The engine thread's CPU time per decode step is compared, with the
 sampling part (where the masks are filled and applied) apart; and the masking alone, timed outside the engine: 16
 matchers filling a ``[32, vocab]`` bitmask, applying it to float32 logits and accepting each row's token.
+With ``sample_on_device`` the same two engine runs again: unconstrained, every decode step samples on the device
+(the stand-in hands back its tokens); with constrained rows in the batch, every step falls back to the host for all
+32 rows (the engine samples on the device only steps whose rows are all plain greedy), so the figure is the host's
+masking and sampling of ``[32, vocab]`` logits beside the device's tokens. (A device's logits read-back, which the
+fallback also costs, is not in it: the stand-in's logits are on the host already.)
 
     .venv/bin/python bench/structured.py [--max-tokens 48] [--steps 200]
 """
@@ -78,16 +83,16 @@ def masks_alone(compiler: GrammarCompiler, vocab: int, steps: int) -> float:
     return statistics.median(times)
 
 
-def run(checkpoint, args: argparse.Namespace, winners: list[int], constrained: int) -> float:
+def run(checkpoint, args: argparse.Namespace, winners: list[int], constrained: int, on_device: bool = False) -> float:
     """The engine's median CPU per decode step for 32 requests, ``constrained`` of them with the schema."""
-    engine = no_work_engine(checkpoint, args, winners)
+    engine = no_work_engine(checkpoint, args, winners, sample_on_device=on_device)
     for i, prompt in enumerate(chat_prompts(checkpoint)):
         engine.add_request(str(i), prompt, SamplingParams(
             temperature=0, max_tokens=args.max_tokens, ignore_eos=True,
             structured_outputs=CONSTRAINT if i % 2 == 0 and i < 2 * constrained else None))
     time.sleep(1.0)  # the grammars compile on the engine's worker: all prefills then come before the decode steps
     title = (f"{constrained} of {BATCH} rows constrained to the JSON schema" if constrained
-             else f"{BATCH} unconstrained rows")
+             else f"{BATCH} unconstrained rows") + (", sample_on_device" if on_device else "")
     median = report(title, run_decode(engine, [], args.max_tokens))  # (the requests are queued already)
     engine.close()
     return median
@@ -117,6 +122,11 @@ def main() -> None:
     print(f"\nper decode step, host work (median): unconstrained {plain * 1e6:8.1f} µs, {CONSTRAINED} rows "
           f"constrained {masked * 1e6:8.1f} µs: the masks add {(masked - plain) * 1e6:8.1f} µs "
           f"({masked / plain:.2f}x)")
+    on_device = run(checkpoint, args, winners, 0, on_device=True)
+    fallback = run(checkpoint, args, winners, CONSTRAINED, on_device=True)
+    print(f"sample_on_device, host work per decode step (median): unconstrained (tokens from the device) "
+          f"{on_device * 1e6:8.1f} µs, {CONSTRAINED} rows constrained (the step on the host) "
+          f"{fallback * 1e6:8.1f} µs: {(fallback - on_device) * 1e6:8.1f} µs more ({fallback / on_device:.2f}x)")
     print(f"load average (1 min) {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end, {os.cpu_count()} CPUs")
 
 

@@ -1,16 +1,19 @@
 """Structured outputs through the server with the official openai client: ``response_format`` (json_schema,
 json_object) on chat, vLLM's ``structured_outputs`` and older ``guided_*`` extra fields on completions, streamed and
-not; a bad constraint is a 400 naming the problem. A real uvicorn server on a tiny random Llama with SmolLM2's
-tokenizer and chat template (its outputs are random, but constrained to be valid)."""
+not; ``client.beta.chat.completions.parse`` with a pydantic model as the response format; a bad constraint is a 400
+naming the problem. A real uvicorn server on a tiny random Llama with SmolLM2's tokenizer and chat template (its
+outputs are random, but constrained to be valid)."""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Literal
 
 import jsonschema
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 from tests.engine.test_structured_output import CHOICES, REGEX, SCHEMA, write_tiny_llama
 from tests.server.cases import ServerThread
@@ -55,6 +58,30 @@ def test_chat_json_schema_streamed_and_not(client):
 def test_chat_json_object(client):
     text, reason = chat(client, stream=True, response_format={"type": "json_object"})
     assert reason == "stop" and isinstance(json.loads(text), dict)
+
+
+class Pet(BaseModel):
+    kind: Literal["cat", "dog"]
+    age: int = Field(ge=0, le=30)
+
+
+class Person(BaseModel):  # the client sends it as a strict schema: $defs and $ref, enum, bounds, maxItems
+    name: str = Field(max_length=8)
+    pets: list[Pet] = Field(max_length=2)
+    happy: bool
+
+
+def test_parse_into_a_pydantic_model(client):
+    completion = client.beta.chat.completions.parse(model=MODEL, messages=CHAT, response_format=Person,
+                                                    temperature=0, max_tokens=128, extra_body=COMPACT)
+    message = completion.choices[0].message
+    assert completion.choices[0].finish_reason == "stop"
+    assert isinstance(message.parsed, Person)
+    assert message.parsed == Person.model_validate_json(message.content)
+    # The newer name of the same call gets the same (greedy) answer.
+    again = client.chat.completions.parse(model=MODEL, messages=CHAT, response_format=Person, temperature=0,
+                                          max_tokens=128, extra_body=COMPACT)
+    assert again.choices[0].message.parsed == message.parsed
 
 
 @pytest.mark.parametrize("stream", [False, True])
