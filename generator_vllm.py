@@ -2,12 +2,14 @@
 
 Each class is named after the HF architecture it serves and implements the TT vLLM model contract;
 the encoder-decoder classes implement its cross-attention extension, Llama 3.2 Vision the design's
-image+text contract, and Qwen2.5-VL the plugin's V1 image path (see docs/contract.md and docs/images.md).
+image+text contract, and Qwen2.5-VL and Gemma 3 the plugin's V1 image path (see docs/contract.md and
+docs/images.md).
 Qwen2.5-VL is served here as vLLM's multimodal model: its class with vLLM's processor registered (importing vLLM,
 which tt-models' own engine, using the model package's class, never does).
 """
 
 from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
+from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration as Qwen2_5_VLGenerator
@@ -23,6 +25,7 @@ class Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLGenerator, Qwen2_5_VLMultiMod
 
 __all__ = [
     "BartForConditionalGeneration",
+    "Gemma3ForConditionalGeneration",
     "LlamaForCausalLM",
     "MBartForConditionalGeneration",
     "MistralForCausalLM",

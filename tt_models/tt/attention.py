@@ -59,16 +59,20 @@ def output_projection(weight: torch.Tensor, split: HeadSplit, head_dim: int) -> 
 
 class Attention:
     def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
-                 decode: DecodeConfigs, *, rotary: bool = True, out_proj: str = "o_proj") -> None:
+                 decode: DecodeConfigs, *, rotary: bool = True, out_proj: str = "o_proj", scale: float | None = None,
+                 qk_norms: tuple[Any, Any] | None = None) -> None:
         """``args``: ``n_heads``, ``n_kv_heads``, ``head_dim``, ``sliding_window``, ``decode_rows``. On a mesh each
-        chip holds ``n_local_heads`` query and ``n_local_kv_heads`` KV heads (:class:`HeadSplit`)."""
+        chip holds ``n_local_heads`` query and ``n_local_kv_heads`` KV heads (:class:`HeadSplit`). ``scale``: the
+        logits' scale (default ``head_dim ** -0.5``; Gemma's ``query_pre_attn_scalar ** -0.5``); ``qk_norms``: norms
+        of each Q and K head before the rotary (Gemma 3), their weights in the heads' row order."""
         self.args = args
         self.device = device
         self.rotary = rotary
+        self.qk_norms = qk_norms
         split = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
         self.n_local_heads, self.n_local_kv_heads = split.q_per_chip, split.kv_per_chip
         # float32-exact: ttnn's chunked SDPA binding rejects a Python float that float32 cannot hold.
-        self.scale = float(torch.tensor(args.head_dim ** -0.5, dtype=torch.float32))
+        self.scale = float(torch.tensor(args.head_dim ** -0.5 if scale is None else scale, dtype=torch.float32))
         wqkv, bqkv = fused_qkv(state, prefix, split, args.head_dim, rotary)
         self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, layout=decode.qkv, parallel="column")
         self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, args.head_dim), device,
@@ -79,11 +83,14 @@ class Attention:
             ttnn.ShardOrientation.ROW_MAJOR, use_height_and_width_as_shard_shape=True)
 
     def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], page_table: Any, fill_page_table: Any,
-                        chunk_start: int, rot: tuple[Any, Any] | None = None, trans_mat: Any = None) -> Any:
+                        chunk_start: int, rot: tuple[Any, Any] | None = None, trans_mat: Any = None,
+                        attn_mask: Any = None) -> Any:
         """One user's tokens ``x [1, 1, S, dim]`` at positions ``chunk_start ..``.
 
         ``fill_page_table`` ``[1, ceil(S / bs)]`` names the blocks of exactly these positions
         (``chunk_start`` is block-aligned); ``page_table`` ``[1, n]`` covers ``0 .. chunk_start + S``.
+        ``attn_mask`` (first chunk only): an additive ``[1, 1, S, S]`` mask that replaces the causal (and sliding
+        window) one, for attention patterns that are not causal (Gemma 3's bidirectional image tokens).
         """
         args = self.args
         k_cache, v_cache = kv_cache
@@ -91,6 +98,8 @@ class Attention:
         q, k, v = ttnn.experimental.nlp_create_qkv_heads(
             xqkv, num_heads=self.n_local_heads, num_kv_heads=self.n_local_kv_heads, transpose_k_heads=False)
         ttnn.deallocate(xqkv)
+        if self.qk_norms is not None:
+            q, k = self._norm_heads(q, k, decode=False)
         if self.rotary:
             q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=False)
             k = ttnn.experimental.rotary_embedding_llama(k, *rot, trans_mat, is_decode_mode=False)
@@ -98,7 +107,12 @@ class Attention:
         v_fill = v if v.dtype == v_cache.dtype else ttnn.typecast(v, v_cache.dtype)
         ttnn.experimental.paged_fill_cache(k_cache, k_fill, fill_page_table, batch_idx=0)
         ttnn.experimental.paged_fill_cache(v_cache, v_fill, fill_page_table, batch_idx=0)
-        if chunk_start == 0:
+        if attn_mask is not None:
+            if chunk_start:
+                raise ValueError("an attention mask is only taken by a prefill's first chunk")
+            attn = ttnn.transformer.scaled_dot_product_attention(q, k, v, is_causal=False, attn_mask=attn_mask,
+                                                                scale=self.scale)
+        elif chunk_start == 0:
             attn = ttnn.transformer.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=self.scale, sliding_window_size=args.sliding_window)
         else:
@@ -124,6 +138,8 @@ class Attention:
             xqkv, num_heads=self.n_local_heads, num_kv_heads=self.n_local_kv_heads,
             memory_config=self.decode_heads_memory_config)
         ttnn.deallocate(xqkv)
+        if self.qk_norms is not None:
+            q, k = self._norm_heads(q, k, decode=True)
         if self.rotary:
             q = ttnn.experimental.rotary_embedding_llama(q, *rot, trans_mat, is_decode_mode=True)
             k = ttnn.experimental.rotary_embedding_llama(k, *rot, trans_mat, is_decode_mode=True)
@@ -142,3 +158,19 @@ class Attention:
         if self.wo.layout is None:
             out = ttnn.sharded_to_interleaved(out, ttnn.L1_MEMORY_CONFIG)
         return self.wo.forward_decode(out)
+
+    def _norm_heads(self, q: Any, k: Any, *, decode: bool) -> tuple[Any, Any]:
+        """Q and K normed per head. Decode's heads are height-sharded one user per core, which the interleaved norm
+        does not read: they are normed in L1 rows and sharded back for the rotary."""
+        out = []
+        for heads, norm in zip((q, k), self.qk_norms):
+            rows = ttnn.sharded_to_interleaved(heads, ttnn.L1_MEMORY_CONFIG) if decode else heads
+            normed = norm.forward(rows)
+            ttnn.deallocate(rows)
+            if decode:
+                ttnn.deallocate(heads)
+                sharded = ttnn.interleaved_to_sharded(normed, self.decode_heads_memory_config)
+                ttnn.deallocate(normed)
+                normed = sharded
+            out.append(normed)
+        return out[0], out[1]

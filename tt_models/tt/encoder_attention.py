@@ -16,10 +16,12 @@ from tt_models.tt.tensor_parallel import HeadSplit, chips
 
 class EncoderAttention:
     def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any, *,
-                 out_proj: str = "out_proj", rotary: bool = False) -> None:
+                 out_proj: str = "out_proj", rotary: bool = False, scale: float | None = None) -> None:
+        """``scale``: the logits' scale when it is not ``args.head_dim ** -0.5`` (heads zero-padded to whole tiles
+        keep their real head_dim's)."""
         split = HeadSplit.of(args.n_heads, args.n_heads, chips(device))
         self.n_local_heads = split.q_per_chip
-        self.scale = args.head_dim ** -0.5
+        self.scale = args.head_dim ** -0.5 if scale is None else scale
         wqkv, bqkv = fused_qkv(state, prefix, split, args.head_dim, rotary=rotary)
         self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, parallel="column")
         self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, args.head_dim), device,

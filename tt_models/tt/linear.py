@@ -27,7 +27,7 @@ def fused_activation(name: str) -> Any:
     """An HF activation name as the ``UnaryWithParam`` a program config fuses (HF's "gelu" is the exact, erf form)."""
     if name == "gelu":
         return ttnn.UnaryWithParam((ttnn.UnaryOpType.GELU, 0.0))  # parameter 0: not the fast approximation
-    ops = {"silu": ttnn.UnaryOpType.SILU, "relu": ttnn.UnaryOpType.RELU}
+    ops = {"silu": ttnn.UnaryOpType.SILU, "relu": ttnn.UnaryOpType.RELU, "gelu_tanh": ttnn.UnaryOpType.GELU_TANH}
     if name not in ops:
         raise ValueError(f"activation {name!r} has no fused form (known: gelu, {', '.join(ops)})")
     return ttnn.UnaryWithParam(ops[name])

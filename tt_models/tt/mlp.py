@@ -17,12 +17,12 @@ from tt_models.tt.linear import Linear
 
 
 class MLP:
-    """``w2(silu(w1 x) * w3 x)``, with the projections' biases where the checkpoint has them (Qwen2.5-VL's vision
-    blocks)."""
+    """``w2(act(w1 x) * w3 x)``, with the projections' biases where the checkpoint has them (Qwen2.5-VL's vision
+    blocks); ``act`` is silu (SwiGLU) or Gemma's ``gelu_tanh``."""
 
     def __init__(self, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any,
-                 decode: DecodeConfigs) -> None:
-        self.w1 = Linear(state[f"{prefix}gate_proj.weight"], device, weight_dtype, activation="silu",
+                 decode: DecodeConfigs, activation: str = "silu") -> None:
+        self.w1 = Linear(state[f"{prefix}gate_proj.weight"], device, weight_dtype, activation=activation,
                          bias=state.get(f"{prefix}gate_proj.bias"), layout=decode.mlp_in, parallel="column")
         self.w3 = Linear(state[f"{prefix}up_proj.weight"], device, weight_dtype,
                          bias=state.get(f"{prefix}up_proj.bias"), layout=decode.mlp_in, parallel="column")

@@ -1,0 +1,145 @@
+"""The TT vLLM generator class of Gemma 3, driven as TT vLLM's plugin (b95c050) drives an image+text model without
+M-RoPE (``research/vlm_v1.md`` section 1).
+
+- ``prefill_forward(*, tokens, page_table, kv_cache, prompt_lens, start_pos, pixel_values, ...)``: ``pixel_values[i]``
+  is None (a text-only row) or the row's images, one tensor per item as vLLM's processor gives them:
+  ``[crops, C, H, W]`` (``[1, C, H, W]`` without pan-and-scan; a ``[C, H, W]`` image is taken too), each crop an
+  image of ``mm_tokens_per_image`` tokens in the prompt, in order. ``tokens[i, :prompt_lens[i]]`` holds the prompt
+  with each image's ``<image_soft_token>`` placeholders expanded (vLLM's processor does it). Returns the logits
+  ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``). A chunk with ``start_pos > 0``
+  (the plugin never sends one for Gemma 3: no chunked prefill, no prefix caching) runs causally when it holds no
+  image tokens; one that holds some is rerun from position 0 and needs the row's images again.
+- ``decode_forward``: as the text-only classes; sliding-window layers read their window of the same blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.models.gemma3.model import Gemma3Model
+from tt_models.runtime import ttnn, use
+from tt_models.tt.generator import Generator, as_torch
+
+
+def row_images(pixel_values: Any) -> list[torch.Tensor]:
+    """One row's images ``[C, H, W]`` in prompt order: from None, one tensor or a list of per-item tensors, each
+    ``[C, H, W]`` or ``[crops, C, H, W]``."""
+    if pixel_values is None:
+        return []
+    items = [pixel_values] if isinstance(pixel_values, torch.Tensor) else list(pixel_values)
+    images = []
+    for item in items:
+        item = as_torch(item, torch.float32)
+        images += [item] if item.dim() == 3 else list(item)
+    return images
+
+
+class Gemma3ForConditionalGeneration(Generator):
+    """Gemma 3: images + text in, text out; image tokens in the prompt attend one another both ways in prefill."""
+
+    # As tt-metal declares it for Gemma 3 (no prefix caching: vLLM turns it off for sliding-window models).
+    model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
+                          "supports_sample_on_device": True}
+
+    @classmethod
+    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
+                              tt_data_parallel: int = 1, optimizations: str | None = None,
+                              **kwargs: Any) -> "Gemma3ForConditionalGeneration":
+        """Weights come from ``hf_config._name_or_path`` (an HF directory or local-cache id)."""
+        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
+        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, max_seq_len=max_seq_len,
+                                   tt_data_parallel=tt_data_parallel, optimizations=optimizations)
+
+    @classmethod
+    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
+                        max_seq_len: int = 4096, tt_data_parallel: int = 1,
+                        optimizations: str | None = None) -> "Gemma3ForConditionalGeneration":
+        generator = cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users:
+                                       Gemma3Model(hf_config, state, device, max_batch_size=users,
+                                                   max_seq_len=max_seq_len, optimizations=optimizations))
+        generator.image_token_id = hf_config.image_token_id
+        return generator
+
+    def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
+                        pixel_values: Sequence[Any] | None = None, enable_trace: bool = False, empty_slots: Any = None,
+                        sampling_params: Any = None, **kwargs: Any) -> Any:
+        """Logits ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``)."""
+        tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
+        page_table = as_torch(page_table, torch.int32)
+        pixel_values = [None] * len(rows) if pixel_values is None else list(pixel_values)
+        if len(pixel_values) != len(rows):
+            raise ValueError(f"{len(rows)} prefill rows but {len(pixel_values)} pixel_values entries")
+        out = []
+        for row, (start, end, replica) in enumerate(rows):
+            with use(self.devices[replica]):
+                out.append(self._prefill_row(row, tokens[row], start, end, page_table[row],
+                                             row_images(pixel_values[row]), replica, kv_cache[replica],
+                                             sampling_params is not None))
+        if sampling_params is not None:
+            return self.sample_prefill(out, rows, tokens, sampling_params)
+        return torch.stack(out)[:, None, :]
+
+    def _prefill_row(self, row: int, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
+                     images: list[torch.Tensor], replica: int, kv_cache: Any, on_device: bool) -> Any:
+        model = self.models[replica]
+        is_image = tokens[:end] == self.image_token_id
+        if not bool(is_image.any()):
+            if images:
+                raise ValueError(f"prefill row {row}: {len(images)} images but no image tokens in the prompt")
+            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device)
+        block_size = kv_cache[0][0].shape[2]
+        if not bool(is_image[start // block_size * block_size:].any()):  # the chunk run holds no image tokens
+            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device)
+        # Image tokens attend their whole image both ways, which only a first chunk's masked SDPA can do: a later
+        # chunk holding some (a recomputation, a one-token step) reruns the prompt from position 0, rewriting the
+        # cached K/V with the same values.
+        start = 0
+        image_rows = torch.full((end,), -1, dtype=torch.int64)
+        image_rows[is_image] = torch.arange(int(is_image.sum()))
+        expected = len(images) * model.tokens_per_image
+        if int(is_image.sum()) != expected:
+            raise ValueError(f"prefill row {row}: {int(is_image.sum())} image tokens in the prompt but {len(images)} "
+                             f"images of {model.tokens_per_image} tokens")
+        table = model.image_table(images)
+        logits = model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, image_rows=image_rows,
+                                    image_table=table)
+        ttnn.deallocate(table)
+        return logits
+
+    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
+                       enable_trace: bool = False, read_from_device: bool = True, sampling_params: Any = None,
+                       prompt_tokens: Any = None, output_tokens: Any = None, **kwargs: Any) -> Any:
+        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens ``[B]`` with
+        ``sampling_params``)."""
+        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        page_table = as_torch(page_table, torch.int32)
+        self.check_decode_batch(tokens, positions, page_table)
+        inputs = []
+        for replica, model in enumerate(self.models):
+            rows = self.replica_rows(replica)
+            with use(self.devices[replica]):
+                inputs.append(model.text.decode_inputs(tokens[rows], positions[rows], page_table[rows]))
+
+        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
+            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
+
+        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
+                               read_from_device=read_from_device, sampling_params=sampling_params,
+                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+
+    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
+                             **kwargs: Any) -> None:
+        """Compile the vision tower and projector (a blank image) and the text prefill; the page table is all
+        ``-1``, so nothing is written to the cache."""
+        if kv_cache is None:
+            return
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            block_size = kv_cache[replica][0][0].shape[2]
+            args = model.vision_args
+            with use(device):
+                ttnn.deallocate(model.image_tokens(torch.zeros(args.channels, args.image_size, args.image_size)))
+                model.text.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
+                                   torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])

@@ -1,0 +1,165 @@
+"""Gemma 3's text decoder in TT-NN: interleaved sliding-window and global layers over one paged KV pool per layer.
+
+- Embeddings scaled by ``sqrt(hidden_size)`` (the table is stored scaled; the LM head keeps the unscaled one).
+  In prefill the rows of image tokens are replaced by the image embeddings (not scaled, as in HF).
+- Each layer type rotates with its own table: ``rope_parameters["sliding_attention"]`` (``rope_local_base_freq``)
+  and ``rope_parameters["full_attention"]`` (``rope_theta`` and its scaling).
+- Sliding layers attend the last ``sliding_window`` keys: decode through the SDPA decode op's
+  ``sliding_window_size`` (every layer keeps the whole history in its blocks, as tt-metal does: vLLM's sliding KV
+  spec is off for TT), text-only prefill through the causal SDPA's; a first chunk holding images through the masks
+  of :mod:`masks` (bidirectional within each image).
+- The final logits are soft-capped, ``cap * tanh(logits / cap)``, on the device (device sampling reads them).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from tt_models.models.gemma3.decoder import SLIDING, Gemma3Block, gemma_norm
+from tt_models.models.gemma3.masks import prefill_mask
+from tt_models.runtime import ttnn
+from tt_models.tt.decode_configs import DecodeConfigs, reshard
+from tt_models.tt.decode_inputs import HostInputs, host_ints
+from tt_models.tt.embedding import Embedding
+from tt_models.tt.image_tokens import place_image_rows
+from tt_models.tt.lm_head import LMHead, last_token_logits
+from tt_models.tt.model_config import DecoderArgs, Precision
+from tt_models.tt.paged_inputs import PrefillChunk
+from tt_models.tt.rope import RotarySetup
+from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
+from tt_models.tt.weights import as_int_tensor, as_tensor
+
+HF_PREFIX = "model.language_model."
+
+
+def language_model_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The text weights as ``model.*`` (and the LM head: the embedding table when tied)."""
+    out = {f"model.{name[len(HF_PREFIX):]}": t for name, t in state.items() if name.startswith(HF_PREFIX)}
+    out["lm_head.weight"] = state.get("lm_head.weight", out["model.embed_tokens.weight"])
+    return out
+
+
+def rope_config(text_config: Any, layer_type: str) -> Any:
+    """The text config with one layer type's ``rope_parameters``, as the shared rotary setup reads them."""
+    config = copy.copy(text_config)
+    config.rope_parameters = dict(text_config.rope_parameters[layer_type])
+    return config
+
+
+class SoftcappedLMHead:
+    """The LM head followed by ``cap * tanh(logits / cap)`` (Gemma's ``final_logit_softcapping``; none: as is)."""
+
+    def __init__(self, head: LMHead, cap: float | None) -> None:
+        self.head, self.cap = head, cap
+        self.vocab_size = head.vocab_size
+
+    def forward(self, x: Any) -> Any:
+        logits = self.head.forward(x)
+        if self.cap is None:
+            return logits
+        scaled = ttnn.multiply(logits, 1.0 / self.cap)
+        ttnn.deallocate(logits)
+        capped = ttnn.tanh(scaled)
+        ttnn.deallocate(scaled)
+        out = ttnn.multiply(capped, self.cap)
+        ttnn.deallocate(capped)
+        return out
+
+
+class Gemma3Text:
+    def __init__(self, text_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
+                 max_seq_len: int, precision: Precision, sharded_decode: bool = True) -> None:
+        """``state``: the whole checkpoint's (``model.language_model.*``); ``precision``: the family's profile."""
+        if text_config.attn_logit_softcapping is not None:
+            raise ValueError("attn_logit_softcapping is not supported: TT-NN's SDPA has no logit soft-capping "
+                             "(Gemma 3 checkpoints leave it unset)")
+        self.device = device
+        state = language_model_state(state)
+        self.args = args = DecoderArgs.from_hf(text_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        self.layer_types = list(text_config.layer_types)
+        self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
+        check_splits(device, hidden_size=args.dim, intermediate_size=args.hidden_dim)
+        self.precision = precision
+        self.decode = decode = (DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
+                                                      n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
+                                                      head_dim=args.head_dim)
+                                if sharded_decode else DecodeConfigs.interleaved())
+        table = state["model.embed_tokens.weight"]
+        self.embedding = Embedding(table * args.dim ** 0.5, device)
+        self.rope = {kind: RotarySetup(rope_config(text_config, kind), args.head_dim, device, args.decode_rows)
+                     for kind in sorted(set(self.layer_types))}
+        self.layers = [Gemma3Block(args, state, i, kind, device, precision, decode, text_config.query_pre_attn_scalar)
+                       for i, kind in enumerate(self.layer_types)]
+        self.n_layers = args.n_layers
+        self.norm = gemma_norm(state["model.norm.weight"], args.norm_eps, device)
+        self.lm_head = SoftcappedLMHead(LMHead(state["lm_head.weight"], device, precision.lm_head_weights, decode),
+                                        text_config.final_logit_softcapping)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    @property
+    def kv_geometry(self) -> tuple[int, int]:
+        return self.heads.kv_per_chip, self.args.head_dim
+
+    def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
+                kv_cache: list[list[Any]], on_device: bool = False, *, image_rows: torch.Tensor | None = None,
+                image_table: Any = None) -> Any:
+        """Positions ``start .. end - 1`` of one user's row; the logits of position ``end - 1`` (host ``[V]``, or
+        the device row with ``on_device``). ``image_rows [>= end]``: each position's row of ``image_table``
+        ``[1, 1, image tokens, dim]``, -1 for text; only a first chunk (``start`` in the first block) may hold
+        image tokens (a later chunk cannot attend an image both ways)."""
+        chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+        ids = chunk.padded_tokens(tokens)
+        rows = None if image_rows is None else image_rows[chunk.start: chunk.end]
+        if rows is None or not bool((rows >= 0).any()):
+            x, masks = self.embedding.forward(ids), {}
+        else:
+            if chunk.start:
+                raise ValueError(f"a prefill chunk from position {chunk.start} holds image tokens: Gemma 3's images "
+                                 f"attend themselves both ways, so they must be in the prompt's first chunk")
+            padded = torch.nn.functional.pad(rows, (0, chunk.padded - len(rows)), value=-1)
+            ids[padded >= 0] = 0  # the image token may lie past the table (HF embeds id 0 there too); replaced below
+            x = place_image_rows(self.embedding.forward(ids), padded, image_table, self.device)
+            masks = {kind: as_tensor(prefill_mask(rows >= 0, chunk.padded,
+                                                  self.args.sliding_window if kind == SLIDING else None), self.device)
+                     for kind in self.rope}
+        rot = {kind: rope.prefill(chunk.start, chunk.padded) for kind, rope in self.rope.items()}
+        fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
+        sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
+        for layer, kind, cache in zip(self.layers, self.layer_types, kv_cache):
+            out = layer.forward_prefill(x, cache, rot=rot[kind], trans_mat=self.rope[kind].trans_mat_prefill,
+                                        page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk.start,
+                                        attn_mask=masks.get(kind))
+            ttnn.deallocate(x)
+            x = out
+        for t in (fill_table, sdpa_table, *masks.values(), *(t for pair in rot.values() for t in pair)):
+            ttnn.deallocate(t)
+        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
+
+    def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor) -> HostInputs:
+        """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),
+        padded to 32 rows: each layer type's cos/sin."""
+        pad = self.args.decode_rows - tokens.shape[0]
+        positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
+        inputs = {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
+                  "current_pos": host_ints(positions, self.device),
+                  "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device)}
+        for kind, rope in self.rope.items():
+            inputs.update({f"{name}_{kind}": t for name, t in rope.decode_inputs(positions).items()})
+        return inputs
+
+    def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
+        """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'."""
+        x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
+        for layer, kind, cache in zip(self.layers, self.layer_types, kv_cache):
+            out = layer.forward_decode(x, cache, rot=(inputs[f"cos_{kind}"], inputs[f"sin_{kind}"]),
+                                       trans_mat=self.rope[kind].trans_mat_decode, page_table=inputs["page_table"],
+                                       current_pos=inputs["current_pos"])
+            ttnn.deallocate(x)
+            x = out
+        return self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))

@@ -1,0 +1,159 @@
+"""Gemma 3's SigLIP vision tower in TT-NN: one image ``[C, H, W]`` -> its patches' states ``[1, 1, patches, dim]``.
+
+HF's ``SiglipVisionModel`` up to ``last_hidden_state`` (Gemma 3 does not use SigLIP's pooling head):
+
+- Patch embedding: the ``patch x patch`` Conv2d with stride = kernel is a matmul over the flat patches, cut on the
+  host in the conv weight's ``(channel, row, column)`` order, patches row-major; then the learned position
+  embeddings.
+- Encoder layers: ``h = x + attn(layer_norm1(x))``, ``out = h + fc2(gelu_tanh(fc1(layer_norm2(h))))``, bidirectional
+  attention over the image's patches with biases on every projection (heads zero-padded to whole tiles, as
+  tt-metal pads them: SigLIP-so400m's are 72 wide).
+- The post layernorm.
+
+On a mesh the residual stream is fractured as in the text layers; the output is whole on every chip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tt_models.runtime import ttnn
+from tt_models.tt.encoder_attention import EncoderAttention
+from tt_models.tt.mlp import FeedForward
+from tt_models.tt.model_config import Precision
+from tt_models.tt.norm import LayerNorm
+from tt_models.tt.rope import TILE
+from tt_models.tt.tensor_parallel import fracture
+from tt_models.tt.weights import as_tensor
+
+ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+@dataclass(frozen=True)
+class VisionArgs:
+    dim: int
+    n_heads: int
+    head_dim: int  # as the attention block runs it: the real one rounded up to whole tiles
+    real_head_dim: int
+    depth: int
+    image_size: int
+    patch_size: int
+    channels: int
+    norm_eps: float
+    activation: str  # the ttnn name
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def patch_width(self) -> int:
+        return self.channels * self.patch_size ** 2
+
+    @classmethod
+    def from_hf(cls, vision_config: Any) -> "VisionArgs":
+        heads = vision_config.num_attention_heads
+        head_dim = vision_config.hidden_size // heads
+        if vision_config.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"vision hidden_act {vision_config.hidden_act!r}: expected one of {list(ACTIVATIONS)}")
+        return cls(dim=vision_config.hidden_size, n_heads=heads, head_dim=-(-head_dim // TILE) * TILE,
+                   real_head_dim=head_dim,
+                   depth=vision_config.num_hidden_layers, image_size=vision_config.image_size,
+                   patch_size=vision_config.patch_size, channels=vision_config.num_channels,
+                   norm_eps=vision_config.layer_norm_eps, activation=ACTIVATIONS[vision_config.hidden_act])
+
+
+def flat_patches(pixel_values: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """``[C, H, W]`` -> ``[patches, C * p * p]``: patches row-major, each in the conv weight's order."""
+    channels, height, width = pixel_values.shape
+    p = patch_size
+    grid = pixel_values.reshape(channels, height // p, p, width // p, p).permute(1, 3, 0, 2, 4)
+    return grid.reshape((height // p) * (width // p), channels * p * p)
+
+
+def padded_heads(state: dict[str, torch.Tensor], prefix: str, args: VisionArgs) -> dict[str, torch.Tensor]:
+    """The attention's weights with each head zero-padded from ``real_head_dim`` to ``head_dim`` (TT-NN's attention
+    takes whole tiles; SigLIP-so400m's heads are 72 wide): padded Q/K columns add nothing to the logits, padded V
+    columns come out zero and meet zero rows of the output projection, so the result is unchanged."""
+    heads, real, pad = args.n_heads, args.real_head_dim, args.head_dim - args.real_head_dim
+    if not pad:
+        return state
+    out = {}
+    for name in ("q_proj", "k_proj", "v_proj"):
+        for kind in ("weight", "bias"):
+            t = state[f"{prefix}{name}.{kind}"]
+            rows = torch.nn.functional.pad(t.reshape(heads, real, -1), (0, 0, 0, pad))
+            out[f"{prefix}{name}.{kind}"] = rows.reshape(heads * args.head_dim, *t.shape[1:])
+    weight = state[f"{prefix}out_proj.weight"]
+    out[f"{prefix}out_proj.weight"] = torch.nn.functional.pad(weight.reshape(args.dim, heads, real),
+                                                              (0, pad)).reshape(args.dim, -1)
+    out[f"{prefix}out_proj.bias"] = state[f"{prefix}out_proj.bias"]
+    return out
+
+
+class EncoderLayer:
+    def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
+                 weight_dtype: Any) -> None:
+        self.norm1 = LayerNorm(state[f"{prefix}layer_norm1.weight"], state[f"{prefix}layer_norm1.bias"],
+                               args.norm_eps, device)
+        attn = f"{prefix}self_attn."
+        self.attention = EncoderAttention(args, padded_heads(state, attn, args), attn, device, weight_dtype,
+                                          scale=args.real_head_dim ** -0.5)
+        self.norm2 = LayerNorm(state[f"{prefix}layer_norm2.weight"], state[f"{prefix}layer_norm2.bias"],
+                               args.norm_eps, device)
+        self.mlp = FeedForward(state, f"{prefix}mlp.", device, weight_dtype, args.activation)
+
+    def forward(self, x: Any) -> Any:
+        normed = self.norm1.forward(x)
+        attn = self.attention.forward(normed)
+        ttnn.deallocate(normed)
+        h = ttnn.add(x, attn)
+        ttnn.deallocate(attn)
+        normed = self.norm2.forward(h)
+        ff = self.mlp.forward(normed)
+        ttnn.deallocate(normed)
+        out = ttnn.add(h, ff)
+        ttnn.deallocate(h)
+        ttnn.deallocate(ff)
+        return out
+
+
+class VisionTower:
+    def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
+                 precision: Precision) -> None:
+        self.args, self.device = args, device
+        dtype = precision.attention_weights
+        self.padded_width = -(-args.patch_width // TILE) * TILE
+        conv = state[f"{prefix}embeddings.patch_embedding.weight"].reshape(args.dim, -1)
+        conv = torch.nn.functional.pad(conv, (0, self.padded_width - conv.shape[1]))
+        self.patch_weight = as_tensor(conv.T.contiguous()[None, None], device, dtype=dtype)
+        self.patch_bias = as_tensor(state[f"{prefix}embeddings.patch_embedding.bias"].reshape(1, 1, 1, -1), device)
+        self.positions = as_tensor(state[f"{prefix}embeddings.position_embedding.weight"][None, None], device)
+        self.layers = [EncoderLayer(args, state, f"{prefix}encoder.layers.{i}.", device, dtype)
+                       for i in range(args.depth)]
+        self.post_norm = LayerNorm(state[f"{prefix}post_layernorm.weight"], state[f"{prefix}post_layernorm.bias"],
+                                   args.norm_eps, device)
+
+    def forward(self, pixel_values: torch.Tensor) -> Any:
+        """One image ``[C, image_size, image_size]`` as HF's processor gives it -> ``[1, 1, patches, dim]``."""
+        args = self.args
+        expected = (args.channels, args.image_size, args.image_size)
+        if tuple(pixel_values.shape) != expected:
+            raise ValueError(f"pixel_values {list(pixel_values.shape)}: expected {list(expected)}")
+        rows = torch.nn.functional.pad(flat_patches(pixel_values.float(), args.patch_size),
+                                       (0, self.padded_width - args.patch_width))
+        patches = as_tensor(rows[None, None], self.device)
+        embedded = ttnn.linear(patches, self.patch_weight, bias=self.patch_bias)
+        ttnn.deallocate(patches)
+        x = fracture(ttnn.add(embedded, self.positions), self.device)
+        ttnn.deallocate(embedded)
+        for layer in self.layers:
+            out = layer.forward(x)
+            ttnn.deallocate(x)
+            x = out
+        out = self.post_norm.forward(x)
+        ttnn.deallocate(x)
+        return out
