@@ -17,7 +17,6 @@ import httpx
 import openai
 import soundfile
 
-from tests.server.cases import metric
 from tests.server.process import free_port, wait_healthy
 from tt_models.audio import speech_sample
 
@@ -58,9 +57,6 @@ class Process:
 
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics", timeout=10).text
-
-    def kv_blocks_in_use(self, model: str) -> float:
-        return metric(self.metrics(), "tt_models:kv_blocks_in_use", model_name=model)
 
 
 def serve(bart_dir: Path, log: Path, *args: str) -> Process:

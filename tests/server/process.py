@@ -4,6 +4,7 @@ to start it on, and the wait until it serves. Light to import: the benchmarks (b
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -17,15 +18,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, process: subprocess.Popen, log: Path | None = None, seconds: float = 300) -> None:
-    """Return once ``url``'s ``/health`` answers 200. Raises RuntimeError, with the end of ``log`` (the process's
-    output), if ``process`` exits first or ``seconds`` pass."""
+def wait_healthy(url: str, process: subprocess.Popen, log: Path | None = None, seconds: float = 300,
+                 verify: ssl.SSLContext | bool = True) -> None:
+    """Return once ``url``'s ``/health`` answers 200 (``verify``: a context trusting an https server's CA).
+    Raises RuntimeError, with the end of ``log`` (the process's output), if ``process`` exits first or ``seconds``
+    pass."""
     deadline = time.monotonic() + seconds
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"the server for {url} exited with code {process.returncode}{_tail(log)}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=2, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:  # not listening yet
             pass

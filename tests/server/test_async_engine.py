@@ -10,7 +10,8 @@ import pytest
 
 from tt_models.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from tt_models.engine.sampling import SamplingParams
-from tt_models.server.async_engine import AsyncEngine, EngineFailed
+from tt_models.server.async_engine import AsyncEngine
+from tt_models.server.errors import EngineFailed
 
 
 class ScriptedEngine:

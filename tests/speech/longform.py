@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 import soundfile
 import torch
 from transformers import WhisperForConditionalGeneration
+from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 
 from tt_models.audio import load_audio, speech_sample
 from tt_models.checkpoints import load_hf_checkpoint
@@ -186,8 +188,9 @@ def hf_model(model_name: str):
     return model, checkpoint
 
 
-def hf_long_form(model_name: str, waveforms: list[np.ndarray]) -> list[HFLongForm]:
-    """HF float32 long-form ``generate`` with timestamps (sequential seek), greedy, on the engine's weights.
+def hf_long_form(model_name: str, waveforms: list[np.ndarray], **options: object) -> list[HFLongForm]:
+    """HF float32 long-form ``generate`` with timestamps (sequential seek), greedy, on the engine's weights;
+    ``options`` go to ``generate`` (``condition_on_prev_tokens=True``).
 
     As HF documents long-form: features of the whole audio (``truncation=False, padding="longest"``); HF pads a
     last stretch shorter than 30 s with zeros in feature space (not with silent audio, as a short clip's features
@@ -197,7 +200,7 @@ def hf_long_form(model_name: str, waveforms: list[np.ndarray]) -> list[HFLongFor
                                   padding="longest", return_attention_mask=True)
     with torch.inference_mode():
         out = model.generate(**inputs, return_timestamps=True, return_segments=True, language="en"
-                             if checkpoint.generation_config.is_multilingual else None)
+                             if checkpoint.generation_config.is_multilingual else None, **options)
     tokenizer = checkpoint.tokenizer
     results = []
     for i in range(len(waveforms)):
@@ -237,3 +240,26 @@ def hf_timestamps(model_name: str, waveforms: list[np.ndarray]) -> list[HFTimest
                      checkpoint.tokenizer.decode(s["tokens"], skip_special_tokens=True)) for s in out["segments"][0]]
         results.append(HFTimestamps(tokens, segments, top5))
     return results
+
+
+@dataclass(frozen=True)
+class HFWindowScores:
+    avg_logprob: float  # HF's ``_retrieve_avg_logprobs`` over the raw logits (the engine's logprobs are raw)
+    no_speech_prob: float  # <|nospeech|> after <|startoftranscript|>, raw logits (HF's WhisperNoSpeechDetection)
+    token_bytes_ratio: float  # HF's ``_retrieve_compression_ratio`` (of the token ids' bytes: not the engine's)
+    text_ratio: float  # openai-whisper's (gzip of the text), the engine's definition, on HF's decoding of the tokens
+
+
+def hf_window_scores(model: WhisperForConditionalGeneration, checkpoint, prompt_ids: list[int], tokens: list[int],
+                     audio: np.ndarray) -> HFWindowScores:
+    """HF's fallback figures of one decoded window, teacher-forced: HF float32 logits over ``prompt_ids`` and the
+    window's generated ``tokens`` (eos included) on the window's own features, through HF's helpers."""
+    features = checkpoint.processor(audio, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+    with torch.inference_mode():
+        logits = model(input_features=features, decoder_input_ids=torch.tensor([prompt_ids + tokens[:-1]])).logits[0]
+    steps = logits[len(prompt_ids) - 1:]  # step i scores tokens[i]
+    avg_logprob = WhisperGenerationMixin._retrieve_avg_logprobs(list(steps), torch.tensor(tokens), 0.0)
+    no_speech = steps[0].float().softmax(-1)[checkpoint.generation_config.no_timestamps_token_id - 1]
+    text = checkpoint.tokenizer.decode(tokens, skip_special_tokens=True).encode()
+    ratio = WhisperGenerationMixin._retrieve_compression_ratio(torch.tensor(tokens), model.config.vocab_size)
+    return HFWindowScores(float(avg_logprob), float(no_speech), ratio, len(text) / len(zlib.compress(text)))

@@ -8,7 +8,10 @@ about 55 s (two windows) of real and espeak-ng speech:
   transcript is the same on a second run (each window draws from its own seed); streamed, the text grows window
   by window and ends as the transcript (segment by segment when no fallback or silence rule can change a window);
 - the server takes OpenAI's ``temperature`` form field: 0 or none is the fallback, above 0 that temperature alone,
-  a value outside [0, 1] or not a number a 400 naming the field.
+  a value outside [0, 1] or not a number a 400 naming the field;
+- ``condition_on_previous_text`` puts each window's predecessors' text in its prompt, and transcribes as HF's
+  long-form ``generate(condition_on_prev_tokens=True)`` does within a few words; each window's ``avg_logprob``,
+  ``no_speech_prob`` and ``compression_ratio`` are HF's on the same window and tokens (bf16 against float32).
 
 The offline runs come first; a real uvicorn server takes the engine over in the last test.
 """
@@ -16,6 +19,7 @@ The offline runs come first; a real uvicorn server takes the engine over in the 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 
 import httpx
@@ -23,8 +27,11 @@ import numpy as np
 import pytest
 
 from tests.server.cases import ServerThread
-from tests.speech.longform import LAYOUT, SAMPLE_RATE, long_recording, through_wav
+from tests.speech.longform import (LAYOUT, SAMPLE_RATE, LongRecording, hf_long_form, hf_model, hf_window_scores,
+                                   long_recording, through_wav)
 from tt_models import LLM
+from tt_models.audio import word_error_rate
+from tt_models.engine.outputs import RequestOutput
 from tt_models.server import create_app
 from tt_models.speech import EngineBatch, LongFormTranscription, Transcript, TranscriptionOptions, split_windows
 
@@ -36,9 +43,14 @@ NEVER_MET = dict(temperature=TEMPERATURES, logprob_threshold=0.0, no_speech_thre
 
 
 @pytest.fixture(scope="module")
-def samples(tmp_path_factory) -> np.ndarray:
+def recording(tmp_path_factory) -> LongRecording:
+    return long_recording(tmp_path_factory.mktemp("espeak"), LAYOUT)
+
+
+@pytest.fixture(scope="module")
+def samples(recording) -> np.ndarray:
     """The recording as the server decodes it from its WAV bytes."""
-    return through_wav(long_recording(tmp_path_factory.mktemp("espeak"), LAYOUT).waveform)[1]
+    return through_wav(recording.waveform)[1]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +59,10 @@ def llm():
         yield llm
 
 
-def run_counted(llm: LLM, samples: np.ndarray, **options) -> tuple[Transcript, list[EngineBatch]]:
-    """A transcription driven batch by batch through ``LLM.generate``: the transcript and every batch it asked for."""
+def run_counted(llm: LLM, samples: np.ndarray, record: list[RequestOutput] | None = None,
+                **options) -> tuple[Transcript, list[EngineBatch]]:
+    """A transcription driven batch by batch through ``LLM.generate``: the transcript and every batch it asked for
+    (``record``: gets every output, in order)."""
     job = LongFormTranscription(llm.llm_engine.processor, (samples, SAMPLE_RATE), TranscriptionOptions(**options))
     steps = job.steps()
     batches, outputs = [], None
@@ -59,6 +73,8 @@ def run_counted(llm: LLM, samples: np.ndarray, **options) -> tuple[Transcript, l
             return done.value, batches
         batches.append(batch)
         outputs = llm.generate(batch.prompts, batch.params, use_tqdm=False)
+        if record is not None:
+            record += outputs
 
 
 def run_streamed(llm: LLM, samples: np.ndarray, **options) -> tuple[Transcript, list[str]]:
@@ -143,6 +159,76 @@ def test_a_stream_says_what_the_response_would(llm, fell_back):
     live.append(greedy.text)
     assert all(b.startswith(a) for a, b in zip(live, live[1:]))
     assert len(set(live)) > len(split_windows(samples, SAMPLE_RATE)) + 1  # segments as they decode
+
+
+@pytest.fixture(scope="module")
+def conditioned(llm, samples) -> tuple[Transcript, list[EngineBatch], list[RequestOutput]]:
+    """The recording greedy (HF's reference is), each window conditioned on the text before it."""
+    outputs: list[RequestOutput] = []
+    transcript, batches = run_counted(llm, samples, outputs, condition_on_previous_text=True, temperature=0.0)
+    return transcript, batches, outputs
+
+
+def windows_of(transcript: Transcript) -> list[list]:
+    """The transcript's segments grouped by the window (or window rest) they came from, in order."""
+    return [list(group) for _, group in itertools.groupby(transcript.segments, key=lambda s: s.seek)]
+
+
+def test_previous_text_reaches_each_window_prompt(llm, conditioned):
+    """Each window waits for the ones before it, and its prompt carries their text after <|startofprev|>."""
+    transcript, batches, _ = conditioned
+    tokenizer, windows = llm.get_tokenizer(), windows_of(transcript)
+    start_of_prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
+    start = llm.llm_engine.processor.whisper_prompt_ids(timestamps=True)  # <|startoftranscript|>
+    assert len(windows) == len(batches) >= 2 and all(len(b.prompts) == 1 for b in batches)
+    assert batches[0].prompts[0]["prompt_token_ids"] == start
+    for i, batch in enumerate(batches[1:], 1):
+        prompt = batch.prompts[0]["prompt_token_ids"]
+        before = "".join(s.text for window in windows[:i] for s in window).strip()
+        assert prompt[0] == start_of_prev and prompt[-len(start):] == start, prompt
+        previous = tokenizer.decode(prompt[1:-len(start)]).strip()
+        assert previous and before.endswith(previous), (previous, before)
+
+
+# Greedy on fixed audio: deterministic, the bounds cover bf16 weights (the engine) against HF's float32.
+WER_AGAINST_HF = 0.12  # the engine's conditioned transcript against HF's: measured 0.093
+WER_ABOVE_HF = 0.06  # against the reference, above HF's: measured 0.049 (0.042 unconditioned: the first window)
+LOGPROB_AGAINST_HF = 0.004  # nats, avg_logprob per window: measured 0.0002 and 0.0013
+NO_SPEECH_AGAINST_HF = 0.15  # nats, log no_speech_prob per window: measured 0.035 and 0.067 (p 0.055, 0.0025)
+
+
+def test_condition_on_previous_text_against_hf_long_form(conditioned, recording, samples):
+    """HF float32 long-form generate(condition_on_prev_tokens=True), greedy, on the same samples: the transcripts
+    agree within a few words, the engine's WER a few points above HF's as unconditioned (HF seeks window by window,
+    the engine cuts in pauses; HF's previous tokens keep their timestamps, the engine's are the text)."""
+    transcript = conditioned[0]
+    [hf] = hf_long_form(MODEL, [samples], condition_on_prev_tokens=True)
+    between = word_error_rate(hf.text, transcript.text)
+    ours, theirs = word_error_rate(recording.reference, transcript.text), word_error_rate(recording.reference, hf.text)
+    print(f"\nconditioned: WER engine vs HF {between:.4f}; against the reference: engine {ours:.4f}, HF {theirs:.4f}")
+    assert between <= WER_AGAINST_HF and ours <= theirs + WER_ABOVE_HF
+
+
+def test_window_scores_against_hf(llm, conditioned):
+    """Each window's avg_logprob and no_speech_prob against HF's (its helpers, on HF float32 logits over the same
+    prompt and tokens), its compression_ratio against openai-whisper's definition on HF's decoding of the tokens."""
+    transcript, batches, outputs = conditioned
+    model, checkpoint = hf_model(MODEL)
+    for window, batch, output in zip(windows_of(transcript), batches, outputs, strict=True):
+        prompt = batch.prompts[0]
+        tokens = list(output.outputs[0].token_ids)
+        assert tokens[-1] == checkpoint.generation_config.eos_token_id  # HF counts eos in avg_logprob, as we do
+        hf = hf_window_scores(model, checkpoint, prompt["prompt_token_ids"], tokens,
+                              prompt["multi_modal_data"]["audio"][0])
+        ours = window[0]
+        assert all((s.avg_logprob, s.no_speech_prob, s.compression_ratio) ==
+                   (ours.avg_logprob, ours.no_speech_prob, ours.compression_ratio) for s in window)
+        print(f"\nwindow {ours.seek}: avg_logprob {ours.avg_logprob:.4f} HF {hf.avg_logprob:.4f}; no_speech_prob "
+              f"{ours.no_speech_prob:.5f} HF {hf.no_speech_prob:.5f}; compression {ours.compression_ratio:.3f} "
+              f"HF text {hf.text_ratio:.3f} token bytes {hf.token_bytes_ratio:.3f}")
+        assert abs(ours.avg_logprob - hf.avg_logprob) <= LOGPROB_AGAINST_HF
+        assert abs(math.log(ours.no_speech_prob / hf.no_speech_prob)) <= NO_SPEECH_AGAINST_HF
+        assert ours.compression_ratio == pytest.approx(hf.text_ratio, rel=1e-12)
 
 
 def test_the_server_takes_openais_temperature(llm, samples):

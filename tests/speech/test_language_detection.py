@@ -30,7 +30,9 @@ OVERRIDDEN = ("it", "es")  # (clip, explicit language): a language the clip is n
 # One temperature, just above greedy (OpenAI's 0 is the fallback, covered by test_fallback.py): a clip read in a
 # language it is not in would be decoded again at every temperature, minutes of sampled text on the host backend.
 TEMPERATURE = 0.01
-MAX_TV_DISTANCE = 0.15  # between our and HF's distributions: measured 0.001-0.03, 0.08 once on a loaded machine
+# Ours against HF's: measured 0.000-0.017 (fr the largest). Deterministic: every clip in one batched prefill step
+# (asserted below) on one torch thread, so machine load cannot move it.
+MAX_TV_DISTANCE = 0.05
 
 
 @pytest.fixture(scope="module")

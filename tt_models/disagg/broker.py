@@ -23,8 +23,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 import torch
+
+from tt_models.disagg.broker_connection import BrokerTLS, connect, masked_url
 
 CHANNELS = ("allocated", "injected", "metadata", "states")
 WIRE_DTYPE = "bfloat16"  # what the states travel as: the device's activation dtype, half of float32's bytes
@@ -108,11 +109,11 @@ class Broker:
     belong to fail by timeout on both sides).
     """
 
-    def __init__(self, url: str, instance: str, model: str) -> None:
-        self.url = url
+    def __init__(self, url: str, instance: str, model: str, tls: BrokerTLS = BrokerTLS()) -> None:
+        self.url = masked_url(url)  # what logs show: never the password
         self.instance = instance
         self.model = model
-        self.client = redis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=5)
+        self.client = connect(url, tls, socket_connect_timeout=2, health_check_interval=5)
         self.transfers: Counter[tuple[str, str]] = Counter()
         self.transfer_bytes: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()

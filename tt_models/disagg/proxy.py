@@ -9,7 +9,9 @@ requests go straight to a prefill-decode instance. Instances are picked by least
 Failures: the encode instance's refusal of a bad request is the client's answer (its 4xx); an encode instance
 that fails or dies under a request gives that request 502 at once (a dead process resets its connections), one
 that hangs gives 504 after ``encode_timeout`` seconds. An instance that refuses connections is skipped for a while
-and the request goes to another.
+and the request goes to another; one that hung is skipped as long (its request already had its 504). At a graceful
+stop (``tt_models.server.shutdown``), :meth:`Proxy.abort` ends the requests still running after the drain's
+timeout: 503, or a stream's last event.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 from fastapi import FastAPI, Request, Response
@@ -37,6 +40,8 @@ _ENCODER_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
 _JSON_ROUTES = ("/v1/completions", "/v1/chat/completions")
 _DOWN_SECONDS = 10
 
+T = TypeVar("T")
+
 
 @dataclass
 class Instance:
@@ -48,9 +53,16 @@ class Instance:
     down_until: float = 0.0  # refused a connection: skipped until then
 
 
+def _error_body(message: str, code: str) -> dict:
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+
+
 def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "server_error", "param": None, "code": code}},
-                        status_code=status)
+    return JSONResponse(_error_body(message, code), status_code=status)
+
+
+class Aborted(Exception):
+    """The proxy is stopping and the drain's timeout passed: the request ends now (its message says so)."""
 
 
 def _stream_error(body: bytes) -> str | None:
@@ -77,7 +89,10 @@ class Proxy:
         self.startup_timeout = startup_timeout
         upstream = {"authorization": f"Bearer {upstream_api_key}"} if upstream_api_key else None
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), headers=upstream)
-        self._ties = itertools.count()
+        # Turns per role: one count stepped by both picks of a request gave every encode pick the same parity.
+        self._ties = {role: itertools.count() for role in ("encode", "prefill_decode")}
+        self._waits: set[asyncio.Task] = set()  # the awaits on instances in progress: what abort() cancels
+        self._abort_message: str | None = None
         self.registry = CollectorRegistry()
         self.outstanding = Gauge("tt_models_proxy:outstanding_requests", "Requests in flight per instance.",
                                  ["instance", "role"], registry=self.registry)
@@ -108,7 +123,7 @@ class Proxy:
             [i for i in instances if i not in exclude] or instances
         least = min(i.outstanding for i in live)
         candidates = [i for i in live if i.outstanding == least]
-        chosen = candidates[next(self._ties) % len(candidates)]  # equally loaded instances take turns
+        chosen = candidates[next(self._ties[instances[0].role]) % len(candidates)]  # equally loaded: turns
         chosen.outstanding += 1
         self.outstanding.labels(chosen.url, chosen.role).set(chosen.outstanding)
         return chosen
@@ -116,6 +131,30 @@ class Proxy:
     def _release(self, instance: Instance) -> None:
         instance.outstanding -= 1
         self.outstanding.labels(instance.url, instance.role).set(instance.outstanding)
+
+    def abort(self, message: str) -> None:
+        """End every request in progress (the drain's timeout passed): none waits for its instance any longer, and
+        its client gets ``message``. Called on the event loop."""
+        self._abort_message = message
+        for wait in self._waits:
+            wait.cancel()
+
+    async def _abortable(self, awaitable: Awaitable[T]) -> T:
+        """``awaitable``'s result; raises Aborted once :meth:`abort` was called. Closing what it waited on is the
+        caller's: an instance sees the connection go and aborts the request, freeing its blocks."""
+        if self._abort_message is not None:
+            raise Aborted(self._abort_message)
+        wait = asyncio.ensure_future(awaitable)
+        self._waits.add(wait)
+        try:
+            return await wait
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._abort_message is not None and not (current and current.cancelling()):
+                raise Aborted(self._abort_message) from None
+            raise  # this request's own cancellation (its client left)
+        finally:
+            self._waits.discard(wait)
 
     def takes_encoder_input(self, path: str, body: bytes) -> bool:
         if path in _ENCODER_ROUTES:
@@ -139,8 +178,12 @@ class Proxy:
                     self.requests.labels(path, "encode_failed").inc()
                     self._release(decoder)
                     return refused
-            upstream = await self.client.send(self.client.build_request("POST", decoder.url + path, content=body,
-                                                                        headers=headers), stream=True)
+            upstream = await self._abortable(self.client.send(
+                self.client.build_request("POST", decoder.url + path, content=body, headers=headers), stream=True))
+        except Aborted as error:
+            self.requests.labels(path, "aborted").inc()
+            self._release(decoder)
+            return _error(503, str(error), "server_shutting_down")
         except httpx.HTTPError as error:
             self.requests.labels(path, "prefill_decode_failed").inc()
             self._release(decoder)
@@ -151,10 +194,20 @@ class Proxy:
             raise
         self.requests.labels(path, "forwarded").inc()
 
+        streamed = upstream.headers.get("content-type", "").startswith("text/event-stream")
+
         async def relay() -> AsyncIterator[bytes]:
+            chunks, last = upstream.aiter_raw(), b"\n\n"
             try:
-                async for chunk in upstream.aiter_raw():
+                while (chunk := await self._abortable(anext(chunks, None))) is not None:
                     yield chunk
+                    last = chunk
+            except Aborted as error:
+                if streamed:  # the stream's last event, as an instance's own stop sends it (an event the abort cut
+                    # in two is ended first, so that this one still parses on its own)
+                    cut = b"" if last.endswith(b"\n\n") else b"\n\n"
+                    event = json.dumps(_error_body(str(error), "server_shutting_down"))
+                    yield cut + f"data: {event}\n\ndata: [DONE]\n\n".encode()
             finally:
                 await upstream.aclose()  # a client that left: the instance sees the disconnect and aborts
                 self._release(decoder)
@@ -169,8 +222,9 @@ class Proxy:
         while True:
             encoder = self._pick(self.encoders, exclude=tried)
             try:
-                reply = await self.client.post(encoder.url + path, content=body, headers=headers,
-                                               timeout=httpx.Timeout(self.encode_timeout, connect=10.0))
+                reply = await self._abortable(self.client.post(
+                    encoder.url + path, content=body, headers=headers,
+                    timeout=httpx.Timeout(self.encode_timeout, connect=10.0)))
                 break
             except httpx.ConnectError as error:  # nothing was sent: another instance may take it
                 encoder.down_until = time.monotonic() + _DOWN_SECONDS
@@ -179,8 +233,9 @@ class Proxy:
                                error, _DOWN_SECONDS)
                 if len(tried) == len(self.encoders):
                     return _error(502, f"no encode instance accepts connections: {error}", "encode_failed")
-            except httpx.TimeoutException:
-                return _error(504, f"encode instance {encoder.url} did not answer within {self.encode_timeout:.0f} s",
+            except httpx.TimeoutException:  # hung: skipped as a refusing one, so that the next requests do not wait
+                encoder.down_until = time.monotonic() + _DOWN_SECONDS
+                return _error(504, f"encode instance {encoder.url} did not answer within {self.encode_timeout:g} s",
                               "encode_timeout")
             except httpx.HTTPError as error:
                 return _error(502, f"encode instance {encoder.url} failed: {type(error).__name__}: {error}",

@@ -22,16 +22,9 @@ from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.sampling import SamplingParams
+from tt_models.server.errors import EngineFailed, ShuttingDown
 
 logger = logging.getLogger(__name__)
-
-
-class EngineFailed(RuntimeError):
-    """A model step raised: the requests it ran are ended with this error, and the loop goes on."""
-
-
-class ShuttingDown(EngineFailed):
-    """The server stopped before the request finished."""
 
 
 class RequestStream:

@@ -13,16 +13,36 @@ from contextlib import contextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from tt_models.disagg.routing import TransferError
-from tt_models.server.async_engine import EngineFailed, ShuttingDown
-from tt_models.server.protocol import ErrorInfo, ErrorResponse
 
 logger = logging.getLogger(__name__)
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
           413: "invalid_request_error"}
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error body."""
+
+    error: ErrorInfo
+
+
+class EngineFailed(RuntimeError):
+    """A model step raised: the requests it ran are ended with this error, and the loop goes on."""
+
+
+class ShuttingDown(EngineFailed):
+    """The server stopped before the request finished."""
 
 
 class APIError(Exception):

@@ -24,17 +24,6 @@ class OpenAIRequest(BaseModel):
 # Common.
 
 
-class ErrorInfo(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorInfo
-
-
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"

@@ -1,8 +1,8 @@
-"""A graceful stop of ``tt-models serve``: on SIGTERM or SIGINT the server stops taking requests (``/health`` and
-new requests answer 503, so an orchestrator's readiness check takes it out of rotation, while it still listens),
-lets the running ones finish for up to ``--shutdown-timeout`` seconds, then ends the rest with an error their
-clients see (a stream's last event, or a 503), and stops: the app's lifespan then stops the engine loops, frees
-their blocks and closes the devices. A second signal stops it at once. It exits with status 0.
+"""A graceful stop of ``tt-models serve`` and ``tt-models proxy``: on SIGTERM or SIGINT the server stops taking
+requests (``/health`` and new requests answer 503, so an orchestrator's readiness check takes it out of rotation,
+while it still listens), lets the running ones finish for up to ``--shutdown-timeout`` seconds, then ends the rest
+with an error their clients see (a stream's last event, or a 503), and stops: serve's lifespan then stops the engine
+loops, frees their blocks and closes the devices. A second signal stops it at once. It exits with status 0.
 """
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tt_models.server.async_engine import AsyncEngine, ShuttingDown
-from tt_models.server.errors import APIError
+from tt_models.server.errors import APIError, ShuttingDown
+
+if TYPE_CHECKING:  # the proxy runs this module without the engine
+    from tt_models.server.async_engine import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +59,9 @@ class GracefulServer(uvicorn.Server):
     """uvicorn's server with the drain above: the signal starts it, and uvicorn's tick (every 0.1 s, on the event
     loop) watches it, so no state is shared with the signal handler but two flags."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, engines: Iterable[AsyncEngine],
-                 timeout: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, abort: Callable[[str], None], timeout: float) -> None:
         super().__init__(config)
-        self.drain, self.engines, self.timeout = drain, list(engines), timeout
+        self.drain, self.abort, self.timeout = drain, abort, timeout
         self._deadline: float | None = None  # the drain's end, once a signal came
         self._aborted = False
 
@@ -85,17 +87,25 @@ class GracefulServer(uvicorn.Server):
         if not self._aborted and now >= self._deadline:
             logger.warning("%d requests did not finish within %g s: ending them", self.drain.in_flight,
                            self.timeout)
-            error = ShuttingDown(f"The server is shutting down: the request did not finish within {self.timeout:g} s")
-            for engine in self.engines:
-                engine.fail_all(error)
+            self.abort(f"The server is shutting down: the request did not finish within {self.timeout:g} s")
             self._aborted = True
         return now >= self._deadline + ABORT_GRACE_S
 
 
-def serve(app: ASGIApp, engines: Iterable[AsyncEngine], *, host: str, port: int, log_level: str,
-          shutdown_timeout: float) -> None:
-    """Run ``app`` (whose engine loops are ``engines``) until a signal, then stop gracefully."""
+def fail_engines(engines: Iterable[AsyncEngine]) -> Callable[[str], None]:
+    """The abort of ``tt-models serve``: every request of ``engines`` ends with the message, its blocks freed."""
+    def abort(message: str) -> None:
+        for engine in engines:
+            engine.fail_all(ShuttingDown(message))
+    return abort
+
+
+def serve(app: ASGIApp, abort: Callable[[str], None], *, host: str, port: int, log_level: str,
+          shutdown_timeout: float, ssl_keyfile: str | None = None, ssl_certfile: str | None = None) -> None:
+    """Run ``app`` until a signal, then stop gracefully: ``abort(message)`` (called on the event loop) ends the
+    requests still running after ``shutdown_timeout`` seconds. ``ssl_keyfile`` and ``ssl_certfile``: serve HTTPS."""
     drain = Drain(app)
     # uvicorn's own wait for open connections: nothing is left to wait for after the drain but idle ones.
-    config = uvicorn.Config(drain, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
-    GracefulServer(config, drain, engines, shutdown_timeout).run()
+    config = uvicorn.Config(drain, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                            ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
+    GracefulServer(config, drain, abort, shutdown_timeout).run()

@@ -16,6 +16,7 @@ calls fail to parse). The server reads the same calls from a stream as from the 
 
 from __future__ import annotations
 
+import argparse
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -160,3 +161,13 @@ def get_tool_parser(name: str) -> ToolParser:
     if name not in TOOL_PARSERS:
         raise ValueError(f"unknown tool call parser {name!r}; known: {', '.join(TOOL_PARSERS)}")
     return TOOL_PARSERS[name]()
+
+
+def add_tool_flags(parser: argparse.ArgumentParser) -> None:
+    """``tt-models serve``'s flags that pick a parser for tool_choice "auto"."""
+    parser.add_argument("--enable-auto-tool-choice", action="store_true",
+                        help='tool_choice "auto" (the default with tools): the model may call tools, read from its '
+                             "output by --tool-call-parser")
+    parser.add_argument("--tool-call-parser", choices=sorted(TOOL_PARSERS),
+                        help="the format of the model's tool calls: hermes (Qwen2.5), llama3_json (Llama 3.x), "
+                             "mistral")

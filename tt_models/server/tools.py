@@ -37,15 +37,6 @@ class ToolSettings:
             get_tool_parser(self.tool_call_parser)  # an unknown name fails at start-up, not per request
 
 
-def add_tool_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--enable-auto-tool-choice", action="store_true",
-                        help='tool_choice "auto" (the default with tools): the model may call tools, read from its '
-                             "output by --tool-call-parser")
-    parser.add_argument("--tool-call-parser", choices=sorted(TOOL_PARSERS),
-                        help="the format of the model's tool calls: hermes (Qwen2.5), llama3_json (Llama 3.x), "
-                             "mistral")
-
-
 def tool_settings(args: argparse.Namespace) -> ToolSettings:
     try:
         return ToolSettings(args.enable_auto_tool_choice, args.tool_call_parser)
