@@ -13,7 +13,7 @@ from tests.disagg.redis_server import RedisServer
 from tests.server.cases import save_tiny_bart
 from tt_models import SamplingParams
 from tt_models.disagg.broker import Broker, Metadata
-from tt_models.disagg.encode_engine import EncodeEngine, Stage
+from tt_models.disagg.encode_engine import EncodeEngine
 from tt_models.disagg.prefill_decode import attach_encoder_inbox
 from tt_models.disagg.routing import TransferError
 from tt_models.engine.config import EngineConfig
@@ -196,7 +196,6 @@ def notice(sender: Broker, channel: str, decoder: LLMEngine) -> bytes:
 
 def test_payloads_that_do_not_match_their_metadata_are_refused(decoder, redis_server):
     sender = Broker(redis_server.url, "tester", "bart")
-    inbox = decoder.encoder_inbox
     dim = decoder.checkpoint.config.d_model
     sender.send_metadata("P", Metadata("wrong-shape", "tester", 5, (5, dim), "bfloat16"))
     assert b'"error": null' in notice(sender, "allocated", decoder)

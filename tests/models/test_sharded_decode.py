@@ -97,8 +97,8 @@ def test_host_sharded_decode_is_bit_identical_to_interleaved(host_device, name):
         outputs[sharded, traced] = steps
     reference = outputs[False, False]  # interleaved, eager only
     for key, steps in outputs.items():
-        for step, (got, expected) in enumerate(zip(steps, reference)):
-            assert torch.equal(got, expected), f"(sharded, traced) = {key}, step {step}"
+        for step, (got, want) in enumerate(zip(steps, reference)):
+            assert torch.equal(got, want), f"(sharded, traced) = {key}, step {step}"
 
 
 @pytest.mark.parametrize("backend", [pytest.param("mock", marks=pytest.mark.mock), "host"])

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from tt_models.engine.sampling import SamplingParams
 from tt_models.engine.structured_output import StructuredOutputsParams
 from tt_models.server.protocol import ChatCompletionRequest, ChatTool, NamedToolChoice
-from tt_models.server.tool_parsers import TOOL_PARSERS, RequiredToolParser, ToolParser, get_tool_parser
+from tt_models.server.tool_parsers import RequiredToolParser, ToolParser, get_tool_parser
 
 _EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 

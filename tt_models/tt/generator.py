@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.runtime import backend_of, ttnn, use
 from tt_models.tt.decode_inputs import HostInputs, to_device
 from tt_models.tt.decode_trace import DecodeTraces
@@ -59,6 +60,16 @@ class Generator(VllmModelInterface):
     def release_traces(self) -> None:
         """Release every captured decode trace."""
         self.traces.release()
+
+    @classmethod
+    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
+                              tt_data_parallel: int = 1, optimizations: str | None = None,
+                              **kwargs: Any) -> "Generator":
+        """Weights come from ``hf_config._name_or_path`` (an HF directory, local-cache id or checkpoint file) into
+        the family's ``from_state_dict``."""
+        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
+        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, max_seq_len=max_seq_len,
+                                   tt_data_parallel=tt_data_parallel, optimizations=optimizations)
 
     @classmethod
     def build_replicas(cls, mesh_device: Any, max_batch_size: int, tt_data_parallel: int,

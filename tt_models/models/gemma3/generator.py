@@ -18,7 +18,6 @@ from typing import Any, Sequence
 
 import torch
 
-from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.gemma3.model import Gemma3Model
 from tt_models.runtime import ttnn, use
 from tt_models.tt.generator import Generator, as_torch
@@ -43,15 +42,6 @@ class Gemma3ForConditionalGeneration(Generator):
     # As tt-metal declares it for Gemma 3 (no prefix caching: vLLM turns it off for sliding-window models).
     model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
                           "supports_sample_on_device": True}
-
-    @classmethod
-    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
-                              tt_data_parallel: int = 1, optimizations: str | None = None,
-                              **kwargs: Any) -> "Gemma3ForConditionalGeneration":
-        """Weights come from ``hf_config._name_or_path`` (an HF directory or local-cache id)."""
-        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
-        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, max_seq_len=max_seq_len,
-                                   tt_data_parallel=tt_data_parallel, optimizations=optimizations)
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,

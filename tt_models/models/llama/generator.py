@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.model import LlamaModel
 from tt_models.runtime import use
 from tt_models.tt.generator import Generator, as_torch
@@ -20,15 +19,6 @@ class LlamaForCausalLM(Generator):
     """Llama-family text generation on TT-NN."""
 
     model_capabilities = {"supports_prefix_caching": True, "supports_sample_on_device": True}
-
-    @classmethod
-    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
-                              tt_data_parallel: int = 1, optimizations: str | None = None,
-                              **kwargs: Any) -> "LlamaForCausalLM":
-        """Weights come from ``hf_config._name_or_path`` (an HF directory, local-cache id or checkpoint file)."""
-        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
-        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, max_seq_len=max_seq_len,
-                                   tt_data_parallel=tt_data_parallel, optimizations=optimizations)
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 
 import torch
 
-from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.qwen2_5_vl.model import Qwen2_5_VLModel
 from tt_models.models.qwen2_5_vl.rope_index import mrope_positions
 from tt_models.runtime import ttnn, use
@@ -49,15 +48,6 @@ class Qwen2_5_VLForConditionalGeneration(Generator):
     # As tt-metal declares it for Qwen2.5-VL (no prefix caching: a cached prefix would need its images' positions).
     model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
                           "supports_sample_on_device": True}
-
-    @classmethod
-    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
-                              tt_data_parallel: int = 1, optimizations: str | None = None,
-                              **kwargs: Any) -> "Qwen2_5_VLForConditionalGeneration":
-        """Weights come from ``hf_config._name_or_path`` (an HF directory or local-cache id)."""
-        state = load_hf_checkpoint(hf_config._name_or_path).state_dict
-        return cls.from_state_dict(hf_config, state, mesh_device, max_batch_size, max_seq_len=max_seq_len,
-                                   tt_data_parallel=tt_data_parallel, optimizations=optimizations)
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,

@@ -19,11 +19,11 @@ import torch
 from tt_models.models.llama.model import LlamaModel
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_inputs import HostInputs
+from tt_models.tt.image_tokens import place_image_rows
 from tt_models.tt.lm_head import last_token_logits
 from tt_models.tt.model_config import Precision
 from tt_models.tt.paged_inputs import PrefillChunk
-from tt_models.tt.tensor_parallel import fracture
-from tt_models.tt.weights import as_tensor, mesh_mapper
+from tt_models.tt.weights import as_tensor
 
 HF_PREFIX = "model.language_model."
 
@@ -91,30 +91,13 @@ class Qwen2_5_VLText(LlamaModel):
         x = self.embedding.forward(chunk.padded_tokens(tokens))
         rows = None if image_rows is None else _padded(image_rows[chunk.start: chunk.end], chunk.padded, -1)
         if rows is not None and bool((rows >= 0).any()):
-            x = self._place_images(x, rows, image_table)
+            x = place_image_rows(x, rows, image_table, self.device)
         yield x
         if positions is None:
             rot = self.rope.prefill(chunk.start, chunk.padded)
         else:
             rot = self.mrope_rotation(_padded(positions[:, chunk.start: chunk.end], chunk.padded, 0))
         yield from self.decoder_layers(x, rot, chunk, kv_cache)
-
-    def _place_images(self, x: Any, rows: torch.Tensor, image_table: Any) -> Any:
-        """``x`` with row ``i`` replaced by ``image_table``'s row ``rows[i]`` wherever ``rows[i] >= 0``."""
-        device = self.device
-        ids = ttnn.from_torch(rows.clamp(min=0)[None].to(torch.int32), dtype=ttnn.uint32, layout=ttnn.ROW_MAJOR_LAYOUT,
-                              device=device, mesh_mapper=mesh_mapper(device))
-        table = ttnn.to_layout(image_table, ttnn.ROW_MAJOR_LAYOUT)
-        images = ttnn.embedding(ids, table, layout=ttnn.TILE_LAYOUT)
-        images = fracture(ttnn.reshape(images, (1, 1, len(rows), images.shape[-1])), device)
-        is_image = (rows >= 0).float().reshape(1, 1, -1, 1)
-        # Multiplying by exact 0/1 and adding zeros changes no value: each row is the text or the image embedding.
-        kept = ttnn.multiply(x, as_tensor(1 - is_image, device))
-        placed = ttnn.multiply(images, as_tensor(is_image, device))
-        out = ttnn.add(kept, placed)
-        for t in (ids, table, images, kept, placed, x):
-            ttnn.deallocate(t)
-        return out
 
     def decode_inputs_with_deltas(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                                   deltas: torch.Tensor) -> HostInputs:
