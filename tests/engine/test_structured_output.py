@@ -79,6 +79,9 @@ def run(checkpoint, requests: dict[str, SamplingParams], **config) -> tuple[dict
     outputs = {}
     while engine.has_unfinished_requests():
         outputs.update((o.request_id, o.outputs) for o in engine.step() if o.finished)
+    # Nothing is left behind: no request, no grammar being watched, every KV block free.
+    assert not engine.requests and not engine._compiling
+    assert all(kv.num_free_blocks == kv.num_blocks for kv in engine.scheduler.kvs)
     engine.close()
     return outputs, engine
 

@@ -75,7 +75,7 @@ class Generator(VllmModelInterface):
     def build_replicas(cls, mesh_device: Any, max_batch_size: int, tt_data_parallel: int,
                        build: Callable[[Any, int], Any]) -> "Generator":
         """Split the mesh into ``tt_data_parallel`` submeshes and ``build(device, users)`` a replica on each
-        (a multi-chip mesh without data parallelism holds one replica, replicated over its chips)."""
+        (each replica tensor-parallel over its submesh's chips: :mod:`tt_models.tt.tensor_parallel`)."""
         if tt_data_parallel < 1 or max_batch_size % tt_data_parallel:
             raise ValueError(f"tt_data_parallel={tt_data_parallel} must divide max_batch_size={max_batch_size}")
         with use(mesh_device):
