@@ -17,6 +17,7 @@ from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
+from tt_models.tt.residual import pre_norm_residual
 
 
 class TransformerBlock:
@@ -30,17 +31,11 @@ class TransformerBlock:
         self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, decode)
 
     def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:
-        normed = self.attention_norm.forward(x)
-        attn = self.attention.forward_prefill(normed, kv_cache=kv_cache, **attention_kwargs)
-        ttnn.deallocate(normed)
-        h = ttnn.add(x, attn)
-        ttnn.deallocate(attn)
-        normed = self.ffn_norm.forward(h)
-        ff = self.feed_forward.forward(normed)
-        ttnn.deallocate(normed)
-        out = ttnn.add(h, ff)
+        h = pre_norm_residual(x, self.attention_norm,
+                              lambda normed: self.attention.forward_prefill(normed, kv_cache=kv_cache,
+                                                                            **attention_kwargs))
+        out = pre_norm_residual(h, self.ffn_norm, self.feed_forward.forward)
         ttnn.deallocate(h)
-        ttnn.deallocate(ff)
         return out
 
     def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:

@@ -18,6 +18,7 @@ from tt_models.tt.decode_configs import DecodeConfigs, ShardedNorm, reshard
 from tt_models.tt.encoder_attention import EncoderAttention
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.norm import LayerNorm
+from tt_models.tt.residual import pre_norm_residual
 from tt_models.tt.tensor_parallel import fracture, gather
 
 
@@ -27,10 +28,7 @@ def _norm(state: dict[str, torch.Tensor], prefix: str, eps: float, device: Any) 
 
 def _residual(x: Any, sublayer: Callable[[Any], Any], norm: LayerNorm, pre_norm: bool) -> Any:
     if pre_norm:
-        normed = norm.forward(x)
-        out = ttnn.add(x, sublayer(normed))
-        ttnn.deallocate(normed)
-        return out
+        return pre_norm_residual(x, norm, sublayer)
     summed = ttnn.add(x, sublayer(gather(x, norm.device)))  # a sublayer reads whole rows
     out = fracture(norm.forward(summed), norm.device)
     ttnn.deallocate(summed)

@@ -25,6 +25,7 @@ from tt_models.tt.encoder_attention import EncoderAttention
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
+from tt_models.tt.residual import pre_norm_residual
 from tt_models.tt.rope import TILE
 from tt_models.tt.tensor_parallel import fracture
 from tt_models.tt.weights import as_tensor
@@ -107,17 +108,9 @@ class EncoderLayer:
         self.mlp = FeedForward(state, f"{prefix}mlp.", device, weight_dtype, args.activation)
 
     def forward(self, x: Any) -> Any:
-        normed = self.norm1.forward(x)
-        attn = self.attention.forward(normed)
-        ttnn.deallocate(normed)
-        h = ttnn.add(x, attn)
-        ttnn.deallocate(attn)
-        normed = self.norm2.forward(h)
-        ff = self.mlp.forward(normed)
-        ttnn.deallocate(normed)
-        out = ttnn.add(h, ff)
+        h = pre_norm_residual(x, self.norm1, self.attention.forward)
+        out = pre_norm_residual(h, self.norm2, self.mlp.forward)
         ttnn.deallocate(h)
-        ttnn.deallocate(ff)
         return out
 
 

@@ -30,6 +30,7 @@ from tt_models.tt.linear import Linear
 from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import RMSNorm
+from tt_models.tt.residual import pre_norm_residual
 from tt_models.tt.rope import TILE, transformation_matrix
 from tt_models.tt.tensor_parallel import fracture, gather
 from tt_models.tt.weights import as_linear_weight, as_tensor, mesh_mapper
@@ -109,17 +110,9 @@ class VisionBlock:
         self.mlp = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, DecodeConfigs.interleaved())
 
     def forward(self, x: Any, mask: Any, rot: tuple[Any, Any], trans_mat: Any) -> Any:
-        normed = self.norm1.forward(x)
-        attn = self.attention.forward(normed, mask, rot, trans_mat)
-        ttnn.deallocate(normed)
-        h = ttnn.add(x, attn)
-        ttnn.deallocate(attn)
-        normed = self.norm2.forward(h)
-        ff = self.mlp.forward(normed)
-        ttnn.deallocate(normed)
-        out = ttnn.add(h, ff)
+        h = pre_norm_residual(x, self.norm1, lambda normed: self.attention.forward(normed, mask, rot, trans_mat))
+        out = pre_norm_residual(h, self.norm2, self.mlp.forward)
         ttnn.deallocate(h)
-        ttnn.deallocate(ff)
         return out
 
 
