@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +69,9 @@ class Load:
     """The clients' work and its tally: ``outcomes[kind, result]``, ``failures`` (a good request not answered 200,
     or a bad one not answered 4xx)."""
 
-    def __init__(self, url: str, wav: bytes) -> None:
+    def __init__(self, url: str, wav: bytes, kinds: tuple[str, ...] = KINDS, pause: float = 0.0) -> None:
         self.url, self.wav = url, wav
+        self.kinds, self.pause = kinds, pause  # each client's mix, and its rest after each request
         self.outcomes: Counter[tuple[str, str]] = Counter()
         self.seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
         self.failures = 0
@@ -144,8 +147,9 @@ class Load:
             async with httpx.AsyncClient(base_url=self.url, timeout=120) as client:
                 index = worker
                 while time.monotonic() < until:
-                    await self.one(client, KINDS[index % len(KINDS)], index)
-                    index += concurrency + 1  # co-prime with len(KINDS) for most concurrencies: each client mixes
+                    await self.one(client, self.kinds[index % len(self.kinds)], index)
+                    index += concurrency + 1  # co-prime with len(kinds) for most concurrencies: each client mixes
+                    await asyncio.sleep(self.pause)
         await asyncio.gather(*(client_loop(worker) for worker in range(concurrency)))
 
 
@@ -155,46 +159,52 @@ def _proc(pid: int) -> tuple[float, int, int]:
     return int(status["VmRSS"].split()[0]) / 1024, len(os.listdir(f"/proc/{pid}/fd")), int(status["Threads"])
 
 
-def sample(pid: int, url: str, load: Load, start: float) -> Sample:
+def sample(pid: int, url: str, load: Load, start: float, models: tuple[str, ...]) -> Sample:
     rss, fds, threads = _proc(pid)
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    blocks = sum(metric(text, "tt_models:kv_blocks_in_use", model_name=name) for name in (BART, CHAT, WHISPER))
+    blocks = sum(metric(text, "tt_models:kv_blocks_in_use", model_name=name) for name in models)
     return Sample(time.monotonic() - start, rss, fds, threads, blocks, load.done, load.failures)
 
 
-async def soak(args: argparse.Namespace, pid: int, url: str, wav: bytes) -> tuple[Sample, Sample, Load]:
-    load, start = Load(url, wav), time.monotonic()
-    total = args.minutes * 60
+async def soak(load: Load, pid: int, models: tuple[str, ...], *, minutes: float, interval: float,
+               concurrency: int) -> tuple[Sample, Sample]:
+    """Run ``load`` on the server ``pid`` (serving ``models``) for ``minutes``; the samples after the warm-up and
+    at the end, both idle."""
+    url, start = load.url, time.monotonic()
+    total = minutes * 60
     warmup = min(120.0, 0.2 * total)
     print(HEADER, flush=True)
 
+    def sample_now() -> Sample:
+        return sample(pid, url, load, start, models)
+
     async def sampler(stop: asyncio.Event) -> None:
         while not stop.is_set():
-            print(sample(pid, url, load, start).row(), flush=True)
+            print(sample_now().row(), flush=True)
             try:
-                await asyncio.wait_for(stop.wait(), args.interval)
+                await asyncio.wait_for(stop.wait(), interval)
             except TimeoutError:
                 pass
 
     async def idle() -> Sample:
         """The load is paused: wait until the server holds no block, then sample."""
         deadline = time.monotonic() + 30
-        while (now := sample(pid, url, load, start)).kv_blocks and time.monotonic() < deadline:
+        while sample_now().kv_blocks and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         await asyncio.sleep(1.0)  # closed connections' descriptors go
-        now = sample(pid, url, load, start)
+        now = sample_now()
         print(now.row(), flush=True)
         return now
 
     stop = asyncio.Event()
     watching = asyncio.create_task(sampler(stop))
-    await load.run(args.concurrency, start + warmup)
+    await load.run(concurrency, start + warmup)
     baseline = await idle()
     print(f"soak: warm-up done after {baseline.elapsed:.0f} s: {baseline}", file=sys.stderr)
-    await load.run(args.concurrency, time.monotonic() + total - warmup)  # the warm-up's overrun not counted
+    await load.run(concurrency, time.monotonic() + total - warmup)  # the warm-up's overrun not counted
     stop.set()
     await watching
-    return baseline, await idle(), load
+    return baseline, await idle()
 
 
 def verdict(baseline: Sample, final: Sample, load: Load) -> list[str]:
@@ -222,6 +232,40 @@ def speech_wav() -> bytes:
     return buffer.getvalue()
 
 
+@contextmanager
+def running_server(models: dict[str, str], directory: Path, max_num_seqs: int) -> Iterator[tuple[int, str, Path]]:
+    """``tt-models serve`` of ``models`` (served name: model) in its own process, until the block ends: its pid,
+    URL and log."""
+    port, log = free_port(), directory / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "tt_models.server.cli", "serve", *models.values(), "--served-model-name",
+               *models, "--backend", "host", "--optimizations", "accuracy", "--max-model-len", "448",
+               "--max-num-seqs", str(max_num_seqs), "--port", str(port), "--log-level", "warning"]
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(url, server, log, seconds=600)
+        yield server.pid, url, log
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def report(baseline: Sample, final: Sample, load: Load, log: Path) -> list[str]:
+    """Print the run's tally and verdict (stderr); what failed, a traceback in the server's ``log`` included."""
+    outcomes = ", ".join(f"{kind} {result}: {n}" for (kind, result), n in sorted(load.outcomes.items()))
+    print(f"soak: {load.done} requests ({outcomes})", file=sys.stderr)
+    latency = ", ".join(f"{kind} {statistics.median(times):.1f}/{max(times):.1f}"
+                        for kind, times in load.seconds.items() if times)
+    print(f"soak: seconds per request, median/max: {latency}", file=sys.stderr)
+    failed = verdict(baseline, final, load)
+    print("soak: PASS" if not failed else "soak: FAIL: " + "; ".join(failed), file=sys.stderr)
+    if "Traceback" in log.read_text():
+        print(f"soak: the server logged a traceback:\n{log.read_text()[-4000:]}", file=sys.stderr)
+        failed.append("traceback")
+    return failed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -230,31 +274,12 @@ def main() -> None:
     parser.add_argument("--chat-model", default="smollm2-135m-instruct")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tt-models-soak-") as tmp:
-        bart = save_tiny_bart(Path(tmp))
-        port, log = free_port(), Path(tmp) / "server.log"
-        url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "tt_models.server.cli", "serve", str(bart), args.chat_model,
-                   "whisper-tiny.en", "--served-model-name", BART, CHAT, WHISPER, "--backend", "host",
-                   "--optimizations", "accuracy", "--max-model-len", "448", "--max-num-seqs", "16", "--port",
-                   str(port), "--log-level", "warning"]
-        with open(log, "w") as out:
-            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_healthy(url, server, log, seconds=600)
-            baseline, final, load = asyncio.run(soak(args, server.pid, url, speech_wav()))
-        finally:
-            server.terminate()
-            server.wait(60)
-        outcomes = ", ".join(f"{kind} {result}: {n}" for (kind, result), n in sorted(load.outcomes.items()))
-        print(f"soak: {load.done} requests ({outcomes})", file=sys.stderr)
-        latency = ", ".join(f"{kind} {statistics.median(times):.1f}/{max(times):.1f}"
-                            for kind, times in load.seconds.items() if times)
-        print(f"soak: seconds per request, median/max: {latency}", file=sys.stderr)
-        failed = verdict(baseline, final, load)
-        print("soak: PASS" if not failed else "soak: FAIL: " + "; ".join(failed), file=sys.stderr)
-        if "Traceback" in log.read_text():
-            print(f"soak: the server logged a traceback:\n{log.read_text()[-4000:]}", file=sys.stderr)
-            failed.append("traceback")
+        models = {BART: str(save_tiny_bart(Path(tmp))), CHAT: args.chat_model, WHISPER: "whisper-tiny.en"}
+        with running_server(models, Path(tmp), max_num_seqs=16) as (pid, url, log):
+            load = Load(url, speech_wav())
+            baseline, final = asyncio.run(soak(load, pid, tuple(models), minutes=args.minutes,
+                                               interval=args.interval, concurrency=args.concurrency))
+        failed = report(baseline, final, load, log)
     sys.exit(1 if failed else 0)
 
 

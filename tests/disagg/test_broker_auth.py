@@ -32,9 +32,9 @@ def secured():
     server.stop()
 
 
-def round_trip(url: str, tls: BrokerTLS = BrokerTLS()) -> None:
-    broker_connection.check(url, tls)
-    encode, decode = Broker(url, "E", "m", tls), Broker(url, "P", "m", tls)
+def round_trip(url: str, tls: BrokerTLS = BrokerTLS(), password: str | None = None) -> None:
+    broker_connection.check(url, tls, password)
+    encode, decode = Broker(url, "E", "m", tls, password), Broker(url, "P", "m", tls, password)
     metadata = Metadata("r1", "E", 3, (3, 4), "bfloat16")
     encode.send_metadata("P", metadata)
     channel, payload = decode.receive(("metadata",), timeout=2)

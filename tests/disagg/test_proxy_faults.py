@@ -1,6 +1,7 @@
 """The proxy's fault paths, in front of fake instances (no model, loopback only): its 504 after ``encode_timeout``,
-its skip of an encode instance that refuses connections for ``_DOWN_SECONDS`` (and of one that hung), and turns
-between equally loaded instances. The proxy runs in this process, its clock (for the skip) set by the test."""
+its skip of an encode instance that refuses connections for ``_DOWN_SECONDS`` (and of one that hung, and of one that
+is stopping), and turns between equally loaded instances. The proxy runs in this process, its clock (for the skip)
+set by the test."""
 
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ SLACK = 1.0  # seconds beyond a documented bound for loopback HTTP and thread sc
 
 class Upstream:
     """A fake ``tt-models serve`` instance on a fixed loopback port: discovery, /health, and a transcription route
-    that answers its own name, or waits while ``hung`` (a process under SIGSTOP: connections accepted, no answer).
+    that answers its own name, or waits while ``hung`` (a process under SIGSTOP: connections accepted, no answer),
+    or answers 503 ``server_shutting_down`` while ``stopping`` (a graceful stop). It records the request ids it gets.
     It can be stopped (the port then refuses connections) and started again on the same port."""
 
     def __init__(self, role: str, name: str) -> None:
         self.role, self.name, self.port = role, name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.arrived = 0  # transcription requests received
-        self.hung = False
+        self.ids: list[str] = []  # their X-Request-Id
+        self.hung = self.stopping = False
         self.server: uvicorn.Server | None = None
         self.thread: threading.Thread | None = None
 
@@ -47,8 +50,12 @@ class Upstream:
         app.get("/health")(lambda: {})
 
         @app.post("/v1/audio/transcriptions")
-        async def transcribe(_: Request) -> JSONResponse:
+        async def transcribe(request: Request) -> JSONResponse:
             self.arrived += 1
+            self.ids.append(request.headers["x-request-id"])
+            if self.stopping:
+                return JSONResponse({"error": {"message": "The server is shutting down", "type": "server_error",
+                                               "param": None, "code": "server_shutting_down"}}, status_code=503)
             while self.hung:
                 await asyncio.sleep(0.01)
             return JSONResponse({"text": self.name})
@@ -163,3 +170,22 @@ def test_equally_loaded_encode_instances_take_turns(upstreams):
     with serve_proxy(upstreams, ["e1", "e2"]) as server:
         assert all(transcribe(server.url)[0].status_code == 200 for _ in range(4))
     assert upstreams["e1"].arrived == upstreams["e2"].arrived == 2 and upstreams["pd"].arrived == 4
+
+
+def test_a_stopping_encode_instance_is_skipped_and_the_request_goes_on_under_a_new_id(upstreams, clock, caplog):
+    e1, e2, pd = upstreams["e1"], upstreams["e2"], upstreams["pd"]
+    e1.stopping = True
+    with serve_proxy(upstreams, ["e1", "e2"]) as server:
+        response, _ = transcribe(server.url)
+        assert response.status_code == 200 and response.json()["text"] == "pd"
+        assert e1.arrived == e2.arrived == 1 and e1.ids[0] != e2.ids[0] and pd.ids == e2.ids  # a new id, end to end
+        assert [transcribe(server.url)[0].status_code for _ in range(2)] == [200, 200]
+        assert e1.arrived == 1 and e2.arrived == 3  # skipped within its window
+        logged = [r.getMessage() for r in caplog.records if "is stopping" in r.getMessage()]
+        assert logged == [f"request {e1.ids[0]}: encode instance {e1.url} is stopping: skipped for {_DOWN_SECONDS} s; "
+                          f"sent to another as request {e2.ids[0]}"]
+        e2.stopping = True  # the last one: its refusal is the client's answer
+        clock.now = _DOWN_SECONDS
+        response, _ = transcribe(server.url)
+        assert response.status_code == 503 and response.json()["error"]["code"] == "server_shutting_down"
+        assert outstanding(server.url, list(upstreams.values())) == 0

@@ -1,12 +1,14 @@
 """The broker: a Redis server carrying the four channels of encoder disaggregation, through redis-py.
 
-The channels are the seed's (``seeds/separated-encoder-epd.md``):
+The first four channels are the seed's (``seeds/separated-encoder-epd.md``):
 
 ===  ==============  =========  ==============================================
  0   ``allocated``   P -> E     the prefill-decode instance reserved the request's cross blocks
  1   ``injected``    P -> E     the encoder states are in those blocks (or were refused: ``error``)
  2   ``metadata``    E -> P     request id, encoder length, shape and dtype of the states to come
  3   ``states``      E -> P     the encoder states, bfloat16, with their shape and dtype
+ 4   ``withdrawn``   E -> P     an announced request ended on the encode instance (aborted, failed), or, with no
+                                request id, the encode instance is stopping: what it has not sent will not come
 ===  ==============  =========  ==============================================
 
 Each is a Redis list per receiving instance and model (``tt-models:<instance>:<model>:<channel>``): a sender
@@ -27,7 +29,7 @@ import torch
 
 from tt_models.disagg.broker_connection import BrokerTLS, connect, masked_url
 
-CHANNELS = ("allocated", "injected", "metadata", "states")
+CHANNELS = ("allocated", "injected", "metadata", "states", "withdrawn")
 WIRE_DTYPE = "bfloat16"  # what the states travel as: the device's activation dtype, half of float32's bytes
 
 
@@ -52,6 +54,16 @@ class Notice:
 
     request_id: str
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """An encode instance's word that the encoder output of ``request_id`` will not come (or is no longer wanted),
+    or, with no request id, that none it has not sent yet will: it is stopping."""
+
+    sender: str
+    request_id: str | None
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -104,16 +116,17 @@ def decode_states(payload: bytes) -> States:
 class Broker:
     """One instance's view of the broker: sends to other instances' channels, receives from its own.
 
-    ``transfers`` and ``transfer_bytes`` count messages and payload bytes by ``(channel, "sent" | "received")``.
-    redis-py reconnects by itself after the server restarts; messages in flight then are lost (the requests they
-    belong to fail by timeout on both sides).
+    ``password``: the broker's, when not in ``url``. ``transfers`` and ``transfer_bytes`` count messages and payload
+    bytes by ``(channel, "sent" | "received")``. redis-py reconnects by itself after the server restarts; messages in
+    flight then are lost (the requests they belong to fail by timeout on both sides).
     """
 
-    def __init__(self, url: str, instance: str, model: str, tls: BrokerTLS = BrokerTLS()) -> None:
+    def __init__(self, url: str, instance: str, model: str, tls: BrokerTLS = BrokerTLS(),
+                 password: str | None = None) -> None:
         self.url = masked_url(url)  # what logs show: never the password
         self.instance = instance
         self.model = model
-        self.client = connect(url, tls, socket_connect_timeout=2, health_check_interval=5)
+        self.client = connect(url, tls, password, socket_connect_timeout=2, health_check_interval=5)
         self.transfers: Counter[tuple[str, str]] = Counter()
         self.transfer_bytes: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
@@ -133,6 +146,10 @@ class Broker:
 
     def send_notice(self, target: str, channel: str, notice: Notice) -> None:
         self._send(target, channel, json.dumps({"request_id": notice.request_id, "error": notice.error}).encode())
+
+    def send_withdrawal(self, target: str, withdrawal: Withdrawal) -> None:
+        body = {"sender": withdrawal.sender, "request_id": withdrawal.request_id, "reason": withdrawal.reason}
+        self._send(target, "withdrawn", json.dumps(body).encode())
 
     def send_states(self, target: str, request_id: str, tensor: torch.Tensor) -> None:
         self._send(target, "states", encode_states(request_id, tensor))
@@ -160,7 +177,8 @@ class Broker:
 
 
 def parse_message(channel: str, payload: bytes) -> Any:
-    """A received message as :class:`Metadata`, :class:`Notice` or :class:`States` (raises PayloadError)."""
+    """A received message as :class:`Metadata`, :class:`Notice`, :class:`States` or :class:`Withdrawal` (raises
+    PayloadError)."""
     if channel == "states":
         return decode_states(payload)
     try:
@@ -168,6 +186,8 @@ def parse_message(channel: str, payload: bytes) -> Any:
         if channel == "metadata":
             return Metadata(body["request_id"], body["sender"], int(body["encoder_len"]), tuple(body["shape"]),
                             body["dtype"])
+        if channel == "withdrawn":
+            return Withdrawal(body["sender"], body["request_id"], body["reason"])
         return Notice(body["request_id"], body.get("error"))
     except (ValueError, KeyError, TypeError) as error:
         raise PayloadError(f"a malformed {channel} message: {error}") from error

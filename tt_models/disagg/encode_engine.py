@@ -9,12 +9,17 @@ send the request on). A request without an encoder input (a text-only request to
 once. A request fails (``TransferError``) when the broker cannot be reached, when a notice is overdue, and when the
 broker went down while its messages were in flight (a restarted Redis has lost them).
 
+A request that ends here once announced (aborted: its client left or the server stops; failed) is withdrawn from its
+prefill-decode instance, which frees what it holds for it at once; at :meth:`~EncodeEngine.close` (the server's
+stop) every prefill-decode instance it announced to hears that nothing more is coming from it.
+
 It serves the same interface as :class:`~tt_models.engine.llm_engine.LLMEngine` to the server's engine loop.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +29,7 @@ import redis
 import torch
 
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
-from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError
+from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError, Withdrawal
 from tt_models.disagg.connector import Connector
 from tt_models.disagg.routing import TransferError, prefill_decode_target
 from tt_models.engine.config import EngineConfig
@@ -34,6 +39,8 @@ from tt_models.engine.model_runner import generator_class
 from tt_models.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from tt_models.engine.sampling import SamplingParams
 from tt_models.runtime import close_device, open_device
+
+logger = logging.getLogger(__name__)
 
 
 class Stage(enum.Enum):
@@ -90,6 +97,7 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
         self.waiting: deque[EncodeRequest] = deque()
         self._done: list[RequestOutput] = []  # ended without a model step (no encoder input, refused, failed)
         self.stats = {"encoded": 0}
+        self.peers: set[str] = set()  # the prefill-decode instances announced to: told when this one stops
         self.connector.start()
 
     @classmethod
@@ -97,6 +105,13 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
         return cls(load_hf_checkpoint(model), config, broker, **kwargs)
 
     def close(self) -> None:
+        """Withdraw the requests still here, tell every prefill-decode peer that nothing more is coming, and close
+        the device."""
+        for request_id in list(self.requests):
+            self.abort_request(request_id)
+        for peer in sorted(self.peers):
+            if not self._withdraw(peer, None, f"encode instance {self.broker.instance!r} is stopping"):
+                break  # the broker is down: each try would wait for its timeout
         self.connector.stop()
         close_device(self.device)
 
@@ -133,8 +148,11 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
-        if request.stage is Stage.WAITING and request in self.waiting:
-            self.waiting.remove(request)
+        if request.stage is Stage.WAITING:
+            if request in self.waiting:
+                self.waiting.remove(request)
+        else:
+            self._withdraw(request.target, request_id, "the request was aborted on the encode instance")
         return request.output(aborted=True)
 
     def has_unfinished_requests(self) -> bool:
@@ -170,7 +188,7 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
         now = time.monotonic()
         for request in list(self.requests.values()):
             if request.stage is not Stage.WAITING and self.connector.outages > request.outages:
-                self._fail(request, "the broker went down while its encoder output was in transit")
+                self._fail(request, "the broker went down while its encoder output was in transit", withdraw=False)
             elif request.deadline <= now:
                 allocation = request.stage is Stage.AWAITING_ALLOCATION
                 self._fail(request, f"no {'allocation' if allocation else 'injection'} notice from prefill-decode "
@@ -185,6 +203,7 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
                             WIRE_DTYPE)
         request.states = states
         request.stage = Stage.AWAITING_ALLOCATION
+        self.peers.add(request.target)
         request.deadline = time.monotonic() + self.allocation_timeout
         self._send(request, lambda: self.broker.send_metadata(request.target, metadata))
 
@@ -194,7 +213,8 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
         if request is None or request.stage is not expected:
             return  # aborted or failed meanwhile
         if notice.error is not None:
-            self._fail(request, f"prefill-decode instance {request.target!r} refused it: {notice.error}")
+            self._fail(request, f"prefill-decode instance {request.target!r} refused it: {notice.error}",
+                       withdraw=False)
         elif channel == "allocated":
             request.stage = Stage.AWAITING_INJECTION
             request.deadline = time.monotonic() + self.transfer_timeout
@@ -208,12 +228,26 @@ class EncodeEngine(RequestIntake[EncodeRequest]):
         try:
             send()
         except redis.RedisError as error:
-            self._fail(request, f"the broker is unreachable: {error}")
+            self._fail(request, f"the broker is unreachable: {error}", withdraw=False)
 
     def _end(self, request: EncodeRequest) -> None:
         self.requests.pop(request.request_id, None)
         self._done.append(request.output())
 
-    def _fail(self, request: EncodeRequest, reason: str) -> None:
+    def _fail(self, request: EncodeRequest, reason: str, withdraw: bool = True) -> None:
+        """``withdraw``: tell its prefill-decode instance (not when that one refused it, nor through a broker that
+        just failed)."""
         self.requests.pop(request.request_id, None)
+        if withdraw and request.stage is not Stage.WAITING:
+            self._withdraw(request.target, request.request_id, f"it failed on the encode instance: {reason}")
         self._done.append(request.output(TransferError(f"request {request.request_id!r}: {reason}")))
+
+    def _withdraw(self, target: str, request_id: str | None, reason: str) -> bool:
+        """Send a withdrawal; False when the broker is unreachable (the peer's timeout frees what it holds)."""
+        try:
+            self.broker.send_withdrawal(target, Withdrawal(self.broker.instance, request_id, reason))
+        except redis.RedisError as error:
+            logger.warning("could not tell %r that %s: %s", target,
+                           f"request {request_id} was withdrawn" if request_id else "this instance stops", error)
+            return False
+        return True

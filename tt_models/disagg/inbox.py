@@ -9,9 +9,11 @@ their cross K/V into the reserved blocks with the generator's ``write_cross_kv``
 itself arrives afterwards (the proxy sends it once the encode instance is done) under the same id: the engine
 claims its blocks and runs it with ``encoder_inputs[i] = None``.
 
-A reservation whose states do not come within ``timeout`` seconds, and written blocks that no request claims
-within ``timeout``, are freed (the encode instance died, the broker restarted, the proxy gave up). Everything runs
-on the engine thread (``poll``); the connector thread only receives.
+An encode instance withdraws a request it ended (aborted, failed) and says when it stops: what it announced and
+will not send is dropped at once, its blocks freed. A reservation whose states do not come within ``timeout``
+seconds, and written blocks that no request claims within ``timeout``, are freed (the encode instance died, the
+broker restarted, the proxy gave up). Everything runs on the engine thread (``poll``); the connector thread only
+receives.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import torch
 
-from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError, States
+from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, PayloadError, States, Withdrawal
 from tt_models.disagg.connector import Connector
 from tt_models.engine.kv_blocks import KVBlockManager
 
@@ -45,6 +47,7 @@ class InboxStats:
     injected: int = 0
     refused: int = 0
     expired: int = 0
+    withdrawn: int = 0  # dropped when their encode instance withdrew them or stopped
     claimed: int = 0
     waited: int = 0  # announcements that found the pool full and waited for room
     refusals: deque[str] = field(default_factory=lambda: deque(maxlen=16))  # the latest reasons, for logs and tests
@@ -66,7 +69,9 @@ class EncoderInbox:
         self.dim = dim
         self.headroom_blocks = headroom_blocks
         self.timeout = timeout
-        self.connector = Connector(broker, ("metadata", "states"))
+        # A withdrawal comes after the messages it is about: on its own list, it is taken after theirs (BLPOP takes
+        # the first list that holds one).
+        self.connector = Connector(broker, ("metadata", "states", "withdrawn"))
         self.pending: deque[Metadata] = deque()  # announced, waiting for room in the pool
         self.reserved: dict[str, _Reservation] = {}  # blocks reserved, states not written yet / not claimed yet
         self.stats = InboxStats()
@@ -105,6 +110,8 @@ class EncoderInbox:
                 self._refuse(message.request_id, str(message))
             elif channel == "metadata":
                 self._announce(message)
+            elif channel == "withdrawn":
+                self._withdrawn(message)
             else:
                 self._inject(message)
         self._expire(now)
@@ -182,6 +189,31 @@ class EncoderInbox:
         if reservation is not None:
             self.kvs[reservation.replica].free_cross(request_id)
             self._notify(reservation.metadata.sender, "injected", request_id, reason)
+
+    def _withdrawn(self, withdrawal: Withdrawal) -> None:
+        """Drop what the sender will not send: the request it names, or, when it stops, everything it has not sent
+        (written outputs stay: their requests ended well on the encode instance and come here next)."""
+        sender = withdrawal.sender
+
+        def dropped(metadata: Metadata, written: bool) -> bool:
+            if metadata.sender != sender:
+                return False
+            return metadata.request_id == withdrawal.request_id if withdrawal.request_id else not written
+
+        if withdrawal.request_id is None:
+            logger.warning("encode instance %r stops: %s", sender, withdrawal.reason)
+        gone = [m for m in self.pending if dropped(m, False)]
+        for metadata in gone:
+            self.pending.remove(metadata)
+        for request_id, reservation in list(self.reserved.items()):
+            if dropped(reservation.metadata, reservation.written):
+                del self.reserved[request_id]
+                self.kvs[reservation.replica].free_cross(request_id)
+                gone.append(reservation.metadata)
+        for metadata in gone:
+            self.stats.withdrawn += 1
+            logger.warning("request %s: its encoder output will not come from encode instance %r (%s): its cross "
+                           "blocks are free again", metadata.request_id, sender, withdrawal.reason)
 
     def _expire(self, now: float) -> None:
         for request_id, reservation in list(self.reserved.items()):

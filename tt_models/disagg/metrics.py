@@ -49,6 +49,6 @@ class DisaggState(Collector):
                 nbytes.add_metric([name, channel, direction], broker.transfer_bytes[channel, direction])
             if not isinstance(engine, EncodeEngine):
                 stats = engine.encoder_inbox.stats
-                for outcome in ("injected", "claimed", "refused", "expired", "waited"):
+                for outcome in ("injected", "claimed", "refused", "expired", "withdrawn", "waited"):
                     outcomes.add_metric([name, outcome], getattr(stats, outcome))
         yield from (queues, messages, nbytes, outcomes)

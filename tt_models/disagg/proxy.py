@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from tt_models.disagg.routing import PREFILL_DECODE_HEADER, REQUEST_ID_HEADER
+from tt_models.server.request_context import RequestContext, request_id
 
 logger = logging.getLogger(__name__)
 
@@ -167,13 +168,13 @@ class Proxy:
 
     async def forward(self, path: str, request: Request) -> Response:
         body = await request.body()
-        headers = {REQUEST_ID_HEADER: uuid.uuid4().hex}
+        headers = {REQUEST_ID_HEADER: request_id.get() or uuid.uuid4().hex}  # the same id on every instance
         if "content-type" in request.headers:
             headers["content-type"] = request.headers["content-type"]
         decoder = self._pick(self.decoders)
         try:
             if self.takes_encoder_input(path, body):
-                refused = await self._encode(path, body, {**headers, PREFILL_DECODE_HEADER: decoder.name})
+                refused = await self._encode(path, body, headers, decoder.name)
                 if refused is not None:
                     self.requests.labels(path, "encode_failed").inc()
                     self._release(decoder)
@@ -215,22 +216,33 @@ class Proxy:
         return StreamingResponse(relay(), status_code=upstream.status_code,
                                  media_type=upstream.headers.get("content-type"))
 
-    async def _encode(self, path: str, body: bytes, headers: dict[str, str]) -> Response | None:
-        """Run the request on an encode instance; None when its encoder output is on the prefill-decode instance,
-        else the response for the client."""
+    async def _encode(self, path: str, body: bytes, headers: dict[str, str], decoder: str) -> Response | None:
+        """Run the request on an encode instance, for the prefill-decode instance named ``decoder``; None when its
+        encoder output is there, else the response for the client. An instance that is stopping is skipped as one
+        that refuses connections, and the request goes to another under a new id in ``headers`` (the stopping one
+        may have announced, then withdrawn, the old one)."""
         tried: tuple[Instance, ...] = ()
         while True:
             encoder = self._pick(self.encoders, exclude=tried)
             try:
                 reply = await self._abortable(self.client.post(
-                    encoder.url + path, content=body, headers=headers,
+                    encoder.url + path, content=body, headers={**headers, PREFILL_DECODE_HEADER: decoder},
                     timeout=httpx.Timeout(self.encode_timeout, connect=10.0)))
-                break
+                if not _stopping(reply):
+                    break
+                encoder.down_until = time.monotonic() + _DOWN_SECONDS
+                tried += (encoder,)
+                if len(tried) == len(self.encoders):
+                    break  # its 503 is the answer
+                retry = uuid.uuid4().hex
+                logger.warning("request %s: encode instance %s is stopping: skipped for %d s; sent to another as "
+                               "request %s", headers[REQUEST_ID_HEADER], encoder.url, _DOWN_SECONDS, retry)
+                headers[REQUEST_ID_HEADER] = retry
             except httpx.ConnectError as error:  # nothing was sent: another instance may take it
                 encoder.down_until = time.monotonic() + _DOWN_SECONDS
                 tried += (encoder,)
-                logger.warning("encode instance %s refused the connection (%s): skipped for %d s", encoder.url,
-                               error, _DOWN_SECONDS)
+                logger.warning("request %s: encode instance %s refused the connection (%s): skipped for %d s",
+                               headers[REQUEST_ID_HEADER], encoder.url, error, _DOWN_SECONDS)
                 if len(tried) == len(self.encoders):
                     return _error(502, f"no encode instance accepts connections: {error}", "encode_failed")
             except httpx.TimeoutException:  # hung: skipped as a refusing one, so that the next requests do not wait
@@ -260,6 +272,16 @@ class Proxy:
         return Response(status_code=200)
 
 
+def _stopping(reply: httpx.Response) -> bool:
+    """Whether ``reply`` is an instance's refusal while it stops (``tt_models.server.shutdown``)."""
+    if reply.status_code != 503:
+        return False
+    try:
+        return reply.json()["error"]["code"] == "server_shutting_down"
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
 def create_proxy_app(proxy: Proxy) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -271,6 +293,7 @@ def create_proxy_app(proxy: Proxy) -> FastAPI:
 
     app = FastAPI(title="tt-models proxy", summary="OpenAI-compatible front of encode and prefill-decode instances",
                   lifespan=lifespan)
+    app.add_middleware(RequestContext, trust_client_id=False)  # the ids key encoder outputs: the proxy's own
 
     def forwarding(path: str):  # noqa: ANN202 (a route handler)
         async def route(request: Request) -> Response:

@@ -155,6 +155,9 @@ class AsyncEngine:
             self.engine.add_request(request_id, prompt, params, **kwargs)
         except Exception as refused:  # for the caller to report (ValueError, OverflowError) or raise
             error = refused
+            # Its message may quote the prompt's tokens: at debug only.
+            logger.info("request %s refused (%s)", request_id, type(refused).__name__)
+            logger.debug("request %s refused: %s", request_id, refused)
         else:
             self._streams[request_id] = (loop, outputs)
         if not _call(loop, self._accept, accepted, error, request_id) and error is None:
@@ -193,6 +196,7 @@ class AsyncEngine:
     def _fail_all(self, error: EngineFailed) -> None:
         for request_id, (loop, outputs) in list(self._streams.items()):
             del self._streams[request_id]
+            logger.warning("request %s ended: %s", request_id, error)
             try:
                 self.engine.abort_request(request_id)
             except Exception:
@@ -200,6 +204,14 @@ class AsyncEngine:
             _call(loop, outputs.put_nowait, error)
 
     def _finished(self, output: RequestOutput) -> None:
+        reasons = sorted({str(seq.finish_reason) for seq in output.outputs})
+        if output.error is not None:
+            logger.warning("request %s failed: %s", output.request_id, output.error)
+        else:
+            logger.info("request %s %s: %d prompt tokens, %d generated", output.request_id,
+                        "aborted" if reasons == ["abort"] else f"finished ({', '.join(reasons)})",
+                        len(output.prompt_token_ids or ()) + len(output.encoder_prompt_token_ids or ()),
+                        sum(len(seq.token_ids) for seq in output.outputs))
         if self._on_finished is not None:
             try:
                 self._on_finished(output)

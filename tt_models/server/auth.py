@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import os
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tt_models.server.errors import APIError
+
+logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "TT_MODELS_API_KEY"
 
@@ -39,6 +42,9 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._authorized(scope):
+            client = scope.get("client")
+            logger.warning("refused %s %s from %s: no valid API key", scope["method"], scope["path"],
+                           f"{client[0]}:{client[1]}" if client else "?")  # before the request has an id
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
             await send({"type": "http.response.body", "body": self._refusal})

@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
                              "the broker; both: everything here (default)")
     disagg.add_argument("--broker", help="the broker of encode and prefill-decode instances: "
                                          "redis://[[USER]:PASSWORD@]HOST:PORT[/DB], rediss://... for TLS")
+    disagg.add_argument("--broker-password-file", metavar="PATH",
+                        help="a file holding the broker's password, for the URL's user (default: "
+                             f"${broker_connection.PASSWORD_ENV}; a password in --broker's URL shows in the process "
+                             "list)")
     disagg.add_argument("--broker-ca-cert", metavar="PATH", help="rediss://: the CA of the broker's certificate "
                                                                   "(default: the system's)")
     disagg.add_argument("--broker-certfile", metavar="PATH", help="rediss://: this instance's client certificate")
@@ -144,9 +148,11 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine | EncodeEngin
         raise SystemExit("--broker redis://HOST:PORT is what --role encode / prefill_decode need, and only they")
     tls = BrokerTLS(getattr(args, "broker_ca_cert", None), getattr(args, "broker_certfile", None),
                     getattr(args, "broker_keyfile", None))
+    password = None
     if role != "both":
         try:  # before any model loads: a wrong password or a broker down fails within seconds
-            broker_connection.check(args.broker, tls)
+            password = broker_connection.broker_password(getattr(args, "broker_password_file", None))
+            broker_connection.check(args.broker, tls, password)
         except broker_connection.BrokerUnavailable as error:
             raise SystemExit(f"tt-models serve: {error}") from None
     engines: dict[str, LLMEngine | EncodeEngine] = {}
@@ -155,13 +161,13 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine | EncodeEngin
             logger.info("loading %s as %r (%s)", model, name, role)
             kwargs = dict(backend=args.backend, optimizations=args.optimizations, mesh_shape=args.mesh_shape)
             if role == "encode":
-                broker = Broker(args.broker, args.instance_name, name, tls)
+                broker = Broker(args.broker, args.instance_name, name, tls, password)
                 engines[name] = EncodeEngine.from_model(model, config, broker, transfer_timeout=args.transfer_timeout,
                                                         **kwargs)
                 continue
             engines[name] = LLMEngine.from_model(model, config, **kwargs)
             if role == "prefill_decode" and engines[name].runner.uses_cross:
-                attach_encoder_inbox(engines[name], Broker(args.broker, args.instance_name, name, tls),
+                attach_encoder_inbox(engines[name], Broker(args.broker, args.instance_name, name, tls, password),
                                      timeout=args.transfer_timeout)
     except BaseException:
         for engine in engines.values():

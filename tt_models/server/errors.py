@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from tt_models.disagg.routing import TransferError
+from tt_models.server.request_context import request_id
 
 logger = logging.getLogger(__name__)
 
@@ -116,5 +117,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception) -> JSONResponse:
         if not isinstance(error, (TransferError, EngineFailed)):
-            logger.exception("unhandled error in %s %s", request.method, request.url.path)
+            logger.exception("request %s: unhandled error in %s %s", request_id.get(), request.method,
+                             request.url.path)
         return error_response(as_api_error(error))

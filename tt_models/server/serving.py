@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import Request, Response
 from pydantic import BaseModel
@@ -17,6 +19,8 @@ from tt_models.server.errors import engine_errors
 from tt_models.server.protocol import Usage
 from tt_models.server.request_context import request_id
 from tt_models.server.streaming import final_outputs, unless_disconnected
+
+logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499  # nginx's status for a client that left: nobody reads it, but logs show it
 
@@ -32,6 +36,11 @@ async def submit(engine: AsyncEngine, response_id: str, prompts: Sequence[Prompt
     """One engine request per prompt, with ``params`` or its own of a sequence of them (as ``LLM.generate`` takes
     them); if one is refused, the others are aborted and the refusal raised as an ``APIError``."""
     each = params if isinstance(params, Sequence) else [params] * len(prompts)
+    # The prompts (and the parameters: stop strings, grammars) are the clients' data: only at debug.
+    logger.info("request %s received: %d engine request(s)", response_id, len(prompts))
+    if logger.isEnabledFor(logging.DEBUG):
+        for i, (prompt, one) in enumerate(zip(prompts, each)):
+            logger.debug("request %s-%d: prompt %r, %r", response_id, i, loggable(prompt), one)
     streams: list[RequestStream] = []
     try:
         with engine_errors():
@@ -42,6 +51,14 @@ async def submit(engine: AsyncEngine, response_id: str, prompts: Sequence[Prompt
             stream.close()
         raise
     return streams
+
+
+def loggable(prompt: PromptType) -> Any:
+    """``prompt`` for a debug line: its arrays (audio, pixels) as their shapes."""
+    if isinstance(prompt, dict):
+        return {key: f"<{type(value).__name__} {tuple(value.shape)}>" if hasattr(value, "shape") else value
+                for key, value in prompt.items()}
+    return prompt
 
 
 async def finish(request: Request, streams: Sequence[RequestStream]) -> list[RequestOutput] | None:
