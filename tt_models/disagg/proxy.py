@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from tt_models.disagg.routing import PREFILL_DECODE_HEADER, REQUEST_ID_HEADER
-from tt_models.server.request_context import RequestContext, request_id
+from tt_models.disagg.request_context import RequestContext, request_id
 
 logger = logging.getLogger(__name__)
 

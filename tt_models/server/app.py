@@ -22,7 +22,7 @@ from tt_models.server.completions import create_completion
 from tt_models.server.errors import APIError, install_error_handlers
 from tt_models.server.media_policy import MediaPolicy
 from tt_models.server.metrics import ServerMetrics, kv_blocks_in_use
-from tt_models.server.request_context import RequestContext
+from tt_models.disagg.request_context import RequestContext
 from tt_models.server.protocol import (AudioResponseFormat, ChatCompletionRequest, CompletionRequest, ModelCard,
                                        ModelList)
 from tt_models.server.tools import ToolSettings

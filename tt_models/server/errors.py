@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from tt_models.disagg.routing import TransferError
-from tt_models.server.request_context import request_id
+from tt_models.disagg.request_context import request_id
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors
 from tt_models.server.protocol import Usage
-from tt_models.server.request_context import request_id
+from tt_models.disagg.request_context import request_id
 from tt_models.server.streaming import final_outputs, unless_disconnected
 
 logger = logging.getLogger(__name__)

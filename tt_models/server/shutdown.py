@@ -106,7 +106,7 @@ def serve(app: ASGIApp, abort: Callable[[str], None], *, host: str, port: int, l
     requests still running after ``shutdown_timeout`` seconds. ``ssl_keyfile`` and ``ssl_certfile``: serve HTTPS."""
     drain = Drain(app)
     # uvicorn's own wait for open connections: nothing is left to wait for after the drain but idle ones. Its access
-    # log is off: the app's own (tt_models.server.request_context) names each request's id.
+    # log is off: the app's own (tt_models.disagg.request_context) names each request's id.
     config = uvicorn.Config(drain, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
                             ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile, access_log=False)
     GracefulServer(config, drain, abort, shutdown_timeout).run()

@@ -1,5 +1,5 @@
-"""What the server knows of the HTTP request being served, for code below the routes: context variables set by
-an ASGI middleware for the request's task (and reset after it: keep-alive connections reuse the task), and the
+"""What an HTTP front of tt-models (``serve``, and the proxy, hence its place here below the server) knows of the
+request being served, for code below the routes: context variables set by an ASGI middleware for the request's task (and reset after it: keep-alive connections reuse the task), and the
 access log line of each request, which carries its id (uvicorn's carries none)."""
 
 from __future__ import annotations
