@@ -4,17 +4,22 @@ Each class is named after the HF architecture it serves and implements the TT vL
 the encoder-decoder classes implement its cross-attention extension, Llama 3.2 Vision the design's
 image+text contract, and Qwen2.5-VL and Gemma 3 the plugin's V1 image path (see docs/contract.md and
 docs/images.md).
-Qwen2.5-VL is served here as vLLM's multimodal model: its class with vLLM's processor registered (importing vLLM,
-which tt-models' own engine, using the model package's class, never does).
+Qwen2.5-VL and Gemma 3 are served here as vLLM's multimodal models: their classes with vLLM's processors registered
+(importing vLLM, which tt-models' own engine, using the model packages' classes, never does).
 """
 
 from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
-from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration as Gemma3Generator
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration as Qwen2_5_VLGenerator
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration
-from tt_models.vllm.multimodal import Qwen2_5_VLMultiModal, register_qwen2_5_vl
+from tt_models.vllm.multimodal import Gemma3MultiModal, Qwen2_5_VLMultiModal, register_gemma3, register_qwen2_5_vl
+
+
+@register_gemma3
+class Gemma3ForConditionalGeneration(Gemma3Generator, Gemma3MultiModal):
+    """Gemma 3 with vLLM's Gemma 3 processor: image prompts reach ``prefill_forward`` as ``pixel_values``."""
 
 
 @register_qwen2_5_vl

@@ -6,7 +6,8 @@ answers the chat prompts of ``demo/prompts.json``. Each run prints its outputs, 
 tokens per second per user) and t/s (generated tokens per second over the whole run).
 
 ``--multi_modal`` runs TT's Llama 3.2 Vision sample requests (two photos shipped in ``llama-models``, each with
-its question, and a text-only question) on the Mllama HF directory given with ``--model``.
+its question, and a text-only question) on the image+text HF directory given with ``--model``: Llama 3.2 Vision,
+Qwen2.5-VL or Gemma 3.
 
     python demo/offline_inference_tt.py                                   # the bundled jobs
     python demo/offline_inference_tt.py --multi_modal --model /path/to/Llama-3.2-11B-Vision-Instruct
@@ -28,6 +29,7 @@ from transformers import AutoConfig, PreTrainedTokenizerBase
 
 from tt_models import LLM, RequestOutput, SamplingParams
 from tt_models.audio import load_audio, speech_sample
+from tt_models.engine.config import takes_images
 from tt_models.package_data import sample_image_paths
 
 DEFAULT_MODELS = ("whisper-tiny.en", "smollm2-135m-instruct")
@@ -38,9 +40,10 @@ SAMPLE_RATE = 16000
 IMAGE_QUESTIONS = (("dog.jpg", "Write a haiku for this image."), ("pasta.jpeg", "What is for dinner?"))
 TEXT_QUESTION = "Write a haiku."
 NO_VISION_CHECKPOINT = (
-    "--multi_modal runs Llama 3.2 Vision (Mllama), and no such checkpoint ships offline: point the demo at an HF "
-    "directory of meta-llama/Llama-3.2-11B-Vision-Instruct (config.json, the safetensors, the tokenizer files "
-    "and preprocessor_config.json) with --model /path/to/dir, e.g.\n"
+    "--multi_modal runs an image+text model (Llama 3.2 Vision, Qwen2.5-VL or Gemma 3), and no such checkpoint ships "
+    "offline: point the demo at an HF directory of one, e.g. meta-llama/Llama-3.2-11B-Vision-Instruct, "
+    "Qwen/Qwen2.5-VL-3B-Instruct or google/gemma-3-4b-it (config.json, the safetensors, the tokenizer files and "
+    "preprocessor_config.json) with --model /path/to/dir, e.g.\n"
     "  python demo/offline_inference_tt.py --multi_modal --model /path/to/Llama-3.2-11B-Vision-Instruct")
 
 
@@ -53,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--audio", type=Path, nargs="+", help="audio files to transcribe (Whisper); any format and rate")
     p.add_argument("--multi_modal", action="store_true",
                    help="TT's Llama 3.2 Vision sample requests (two photos and a text-only question, greedy) on "
-                        "the Mllama HF directory given with --model")
+                        "the image+text HF directory given with --model (Llama 3.2 Vision, Qwen2.5-VL, Gemma 3)")
     p.add_argument("--max_tokens", type=int, default=128)
     p.add_argument("--greedy_sampling", action="store_true",
                    help="temperature 0 (otherwise top_k 10, top_p 0.9, temperature 1.0, as TT vLLM's example)")
@@ -78,19 +81,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.multi_modal and (args.test_increasing_seq_lens or args.measure_perf):
         p.error("--multi_modal runs its sample requests: it cannot be combined with --test_increasing_seq_lens "
                 "or --measure_perf")
-    if args.multi_modal and not is_mllama_checkpoint(args.model):
-        given = f"{args.model!r} is not a Llama 3.2 Vision checkpoint. " if args.model else ""
+    if args.multi_modal and not is_image_text_checkpoint(args.model):
+        given = f"{args.model!r} is not an image+text checkpoint. " if args.model else ""
         p.exit(2, f"{p.prog}: {given}{NO_VISION_CHECKPOINT}\n")
     return args
 
 
-def is_mllama_checkpoint(model: str | None) -> bool:
-    """Whether ``model`` is an HF directory (or local HF cache id) of an Mllama checkpoint: checked from its
-    config alone, before anything loads."""
+def is_image_text_checkpoint(model: str | None) -> bool:
+    """Whether ``model`` is an HF directory (or local HF cache id) of a checkpoint that takes images: checked from
+    its config alone, before anything loads."""
     if not model:
         return False
     try:
-        return AutoConfig.from_pretrained(model, local_files_only=True).model_type == "mllama"
+        return takes_images(AutoConfig.from_pretrained(model, local_files_only=True))
     except (OSError, ValueError):  # no config.json, not an HF config, a .gguf file, an alias
         return False
 

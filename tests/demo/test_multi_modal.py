@@ -1,8 +1,9 @@
-"""``demo/offline_inference_tt.py --multi_modal``: TT's Llama 3.2 Vision sample requests.
+"""``demo/offline_inference_tt.py --multi_modal``: TT's Llama 3.2 Vision sample requests, on any image+text model.
 
-No Llama 3.2 Vision checkpoint ships offline, so without one the demo must say how to point it at one (exit 2, no
-traceback). The sample photos are real JPEGs from the ``llama-models`` wheel. A tiny random Mllama directory runs
-the whole path: the checkpoint's chat template, the photos, the engine, the printed answers and metrics.
+No image+text checkpoint ships offline, so without one the demo must say how to point it at one (exit 2, no
+traceback). The sample photos are real JPEGs from the ``llama-models`` wheel. Tiny random Mllama, Qwen2.5-VL and
+Gemma 3 directories run the whole path: the checkpoint's chat template, the photos, the engine, the printed answers
+and metrics.
 """
 
 import importlib.util
@@ -44,7 +45,7 @@ def test_without_a_vision_checkpoint_it_says_how_to_point_at_one(model, tmp_path
     assert "no such checkpoint ships offline" in result.stderr
     assert "meta-llama/Llama-3.2-11B-Vision-Instruct" in result.stderr and "--model /path/to/dir" in result.stderr
     if model:
-        assert f"{str(tmp_path)!r} is not a Llama 3.2 Vision checkpoint" in result.stderr
+        assert f"{str(tmp_path)!r} is not an image+text checkpoint" in result.stderr
 
 
 def test_sample_images_are_real_photos():
@@ -62,13 +63,8 @@ def test_missing_llama_models_names_the_pip_command(monkeypatch):
         sample_image_paths()
 
 
-@pytest.mark.slow
-def test_tiny_mllama_answers_the_sample_requests(tmp_path, monkeypatch, capsys):
+def run_demo(model_dir, monkeypatch, capsys) -> tuple[list, str]:
     """``main`` as the command line runs it; ``LLM.generate`` is wrapped only to see the token ids."""
-    from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint  # lands with the engine's Mllama support
-
-    write_tiny_mllama_checkpoint(tmp_path)
-    image_token = json.loads((tmp_path / "config.json").read_text())["image_token_index"]
     outputs = []
     generate = LLM.generate
 
@@ -78,8 +74,29 @@ def test_tiny_mllama_answers_the_sample_requests(tmp_path, monkeypatch, capsys):
         return result
 
     monkeypatch.setattr(LLM, "generate", recording_generate)
-    _load_demo().main(["--multi_modal", "--model", str(tmp_path), "--max_tokens", "16", "--backend", "host"])
-    printed = capsys.readouterr().out
+    _load_demo().main(["--multi_modal", "--model", str(model_dir), "--max_tokens", "16", "--backend", "host",
+                       "--max_model_len", "512"])
+    return outputs, capsys.readouterr().out
+
+
+def write_checkpoint(name: str, path: Path) -> int:
+    """The tiny checkpoint ``name`` in ``path``; returns the id of its image tokens in an expanded prompt."""
+    from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
+    from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
+    from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
+
+    write = {"mllama": write_tiny_mllama_checkpoint, "qwen2.5-vl": write_tiny_qwen2_5_vl_checkpoint,
+             "gemma3": write_tiny_gemma3_checkpoint}[name]
+    write(path)
+    config = json.loads((path / "config.json").read_text())
+    return config["image_token_index" if name != "qwen2.5-vl" else "image_token_id"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mllama", "qwen2.5-vl", "gemma3"])
+def test_tiny_image_text_models_answer_the_sample_requests(name, tmp_path, monkeypatch, capsys):
+    image_token = write_checkpoint(name, tmp_path)
+    outputs, printed = run_demo(tmp_path, monkeypatch, capsys)
 
     assert len(outputs) == 3, printed  # two photos, then the text-only question
     *image_outs, text_out = outputs

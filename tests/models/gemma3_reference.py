@@ -31,13 +31,14 @@ TEXT = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_
             final_logit_softcapping=2.0, bos_token_id=2, eos_token_id=1, pad_token_id=0)
 
 
-def tiny_gemma3(seed: int = 0, **vision: int) -> Gemma3ForConditionalGeneration:
+def tiny_gemma3(seed: int = 0, *, text: dict | None = None, tokens_per_image: int = TOKENS_PER_IMAGE,
+                **vision: int) -> Gemma3ForConditionalGeneration:
     """Random weights everywhere HF starts from constants: Gemma's norms (``1 + w``, w = 0), SigLIP's LayerNorms and
-    biases, the projector (zero), so that every one of them shows in the outputs. ``vision``: overrides of
-    ``VISION``."""
+    biases, the projector (zero), so that every one of them shows in the outputs. ``text``, ``vision``: overrides of
+    ``TEXT`` and ``VISION``."""
     torch.manual_seed(seed)
     vision = VISION | vision
-    config = Gemma3Config(text_config=TEXT, vision_config=vision, mm_tokens_per_image=TOKENS_PER_IMAGE,
+    config = Gemma3Config(text_config=TEXT | (text or {}), vision_config=vision, mm_tokens_per_image=tokens_per_image,
                           image_token_id=IMAGE_TOKEN, boi_token_id=START_OF_IMAGE, eoi_token_id=END_OF_IMAGE,
                           architectures=["Gemma3ForConditionalGeneration"])
     config._attn_implementation = "eager"
@@ -53,8 +54,7 @@ def tiny_gemma3(seed: int = 0, **vision: int) -> Gemma3ForConditionalGeneration:
     return model
 
 
-def image_processor() -> Gemma3ImageProcessorPil:
-    size = VISION["image_size"]
+def image_processor(size: int = VISION["image_size"]) -> Gemma3ImageProcessorPil:
     return Gemma3ImageProcessorPil(size={"height": size, "width": size})
 
 

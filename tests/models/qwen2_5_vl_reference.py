@@ -26,12 +26,13 @@ TEXT = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, num_h
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 224 * 224
 
 
-def tiny_qwen2_5_vl(seed: int = 0) -> Qwen2_5_VLForConditionalGeneration:
-    """Random weights (biases drawn too: HF initializes them to zero, which would hide them)."""
+def tiny_qwen2_5_vl(seed: int = 0, *, text: dict | None = None, **vision: int) -> Qwen2_5_VLForConditionalGeneration:
+    """Random weights (biases drawn too: HF initializes them to zero, which would hide them). ``text``, ``vision``:
+    overrides of ``TEXT`` and ``VISION``."""
     torch.manual_seed(seed)
-    config = Qwen2_5_VLConfig(vision_config=VISION, text_config=TEXT, image_token_id=IMAGE_TOKEN, video_token_id=501,
-                              vision_start_token_id=VISION_START, vision_end_token_id=VISION_END,
-                              architectures=["Qwen2_5_VLForConditionalGeneration"])
+    config = Qwen2_5_VLConfig(vision_config=VISION | vision, text_config=TEXT | (text or {}),
+                              image_token_id=IMAGE_TOKEN, video_token_id=501, vision_start_token_id=VISION_START,
+                              vision_end_token_id=VISION_END, architectures=["Qwen2_5_VLForConditionalGeneration"])
     config._attn_implementation = "eager"
     model = Qwen2_5_VLForConditionalGeneration(config).eval()
     with torch.no_grad():

@@ -1,10 +1,11 @@
 """Gemma 3's vision tower and projector (heads of 32, and of 48 zero-padded to 64), prefill (a two-image row and a
-text-only row, longer than the sliding window) and decode on the mock n150: the real ttnn validates every call (values
-read back are zeros there, so only shapes are checked)."""
+text-only row, longer than the sliding window) and decode on the mock n150, and tensor-parallel on a mock n300: the
+real ttnn validates every call (values read back are zeros there, so only shapes are checked)."""
 
 import pytest
 import torch
 
+from tests.models import board_runs, image_text_on_mock
 from tests.models.gemma3_reference import UNTILED_HEADS, VOCAB, processed, prompt, random_image, tiny_gemma3
 from tt_models.runtime import use
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
@@ -44,3 +45,12 @@ def test_untiled_vision_heads_n150(mock_device):
     with use(mock_device):
         tokens = model.models[0].image_tokens(processed([random_image(80, 50, seed=0)])[0][0])
         assert tuple(tokens.shape) == (1, 1, 16, 128)
+
+
+def test_tensor_parallel_on_a_mesh():
+    """A mock n300 (1x2): one replica with both towers tensor-parallel over the two chips, and two replicas
+    (tt_data_parallel=2), in both profiles; the smallest dims that split (:mod:`tests.models.image_text_on_mock`)."""
+    cases = board_runs.cases("gemma3")
+    stdout = board_runs.run_on_board(image_text_on_mock.__name__, "n300", cases)
+    for case in cases:
+        assert f"ok {case} {image_text_on_mock.SHAPES}" in stdout

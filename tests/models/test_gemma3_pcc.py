@@ -5,9 +5,9 @@ prefill logits of a batch holding a one-image row, a two-image row and a text-on
 sliding window), and every teacher-forced decode step along HF's greedy continuation (HF's full forward over the
 sequence, with ``token_type_ids``: its bidirectional image attention), PCC >= 0.99; free-running greedy tokens
 against HF ``generate`` under the closeness rule; the prefill masks against HF's own; each Gemma-specific path shown
-live (the logits leave HF's without it); a later prefill chunk; traced decode and device sampling; a 1x2 mesh. The
-class is called with keywords as TT vLLM's plugin calls it (stale tails in token and page-table rows,
-``empty_slots``, decode padded with ``start_pos = -1``).
+live (the logits leave HF's without it); a later prefill chunk; traced decode and device sampling (meshes:
+``test_tensor_parallel.py``). The class is called with keywords as TT vLLM's plugin calls it (stale tails in token
+and page-table rows, ``empty_slots``, decode padded with ``start_pos = -1``).
 
 HF's ``Gemma3ForConditionalGeneration`` does not apply ``final_logit_softcapping`` (only ``Gemma3ForCausalLM`` and
 vLLM's Gemma 3 do); the reference logits here are HF's, capped as the config says. The cap is monotonic: greedy
@@ -297,20 +297,3 @@ def test_traced_decode_and_device_sampling(hf, cases, host_device):
         for t, token in zip(batch.tokens, tokens):
             t.append(token)
     model.release_traces()
-
-
-def test_split_over_two_chips_matches_hf(hf, cases):
-    """Tensor parallel over a 1x2 host mesh (heads, MLP and vocabulary split; the vision tower's heads too): the
-    prefill and first decode step of every request."""
-    mesh = open_device("host", mesh_shape=(1, 2))
-    try:
-        model, kv = _generator(hf, mesh, "accuracy")
-        batch = PluginBatch(model, kv, cases, slots=[0, 2, 1])
-        scores = [pcc(row, c.logits[len(c.tokens) - 1]) for row, c in zip(batch.prefill(), cases)]
-        for i, c in enumerate(cases):
-            batch.tokens[i].append(c.sequence[len(c.tokens)])
-        scores += [pcc(row, c.logits[len(c.tokens)]) for row, c in zip(batch.decode(), cases)]
-    finally:
-        close_device(mesh)
-    print(f"\n1x2 mesh: prefill and decode PCC {[round(s, 5) for s in scores]}")
-    assert min(scores) >= THRESHOLD

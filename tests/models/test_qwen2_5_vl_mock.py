@@ -1,9 +1,11 @@
-"""Qwen2.5-VL's vision tower, prefill (a two-image row and a text-only row) and decode on the mock n150: the real
-ttnn validates every call (values read back are zeros there, so only shapes are checked)."""
+"""Qwen2.5-VL's vision tower, prefill (a two-image row and a text-only row) and decode on the mock n150, and
+tensor-parallel on a mock n300: the real ttnn validates every call (values read back are zeros there, so only shapes
+are checked)."""
 
 import pytest
 import torch
 
+from tests.models import board_runs, image_text_on_mock
 from tests.models.qwen2_5_vl_reference import VOCAB, processed, prompt, random_image, tiny_qwen2_5_vl
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 
@@ -34,3 +36,12 @@ def test_n150(mock_device, profile):
         rope_deltas_all_users=[int(deltas[0]), 0, 0, 0], enable_trace=True)  # eager on the mock device
     assert (tuple(logits.shape), tuple(decoded.shape)) == ((2, 1, VOCAB), (MAX_BATCH, 1, VOCAB))
     assert deltas[0] < 0 and deltas[1] == 0
+
+
+def test_tensor_parallel_on_a_mesh():
+    """A mock n300 (1x2): one replica with both towers tensor-parallel over the two chips, and two replicas
+    (tt_data_parallel=2), in both profiles; the smallest dims that split (:mod:`tests.models.image_text_on_mock`)."""
+    cases = board_runs.cases("qwen2.5-vl")
+    stdout = board_runs.run_on_board(image_text_on_mock.__name__, "n300", cases)
+    for case in cases:
+        assert f"ok {case} {image_text_on_mock.SHAPES}" in stdout

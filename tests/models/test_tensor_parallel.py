@@ -18,14 +18,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwen2Config
 
-from tests.models import seq2seq_reference
+from tests.models import gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl, seq2seq_reference
 from tests.models import test_mllama_contract as mllama_contract
 from tests.models.hf_reference import pcc
 from tests.models.test_llama_contract import _closeness
 from tests.models.mllama_reference import tiny_mllama
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.runtime import close_device, open_device
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
@@ -194,18 +196,94 @@ def test_mllama_text_and_vision_split_over_chips_match_hf_and_one_chip(case):
     name, chips, min_identical = MLLAMA[case]
     hf = tiny_mllama(name=name)
     items = mllama_contract.mllama_items(hf)
-    _check_split(chips, min_identical, lambda mesh: _mllama(hf, mesh), mllama_contract._driver,
-                 lambda model: mllama_contract._requests(model, items), items)
+    _check_split(chips, min_identical, lambda mesh: _image_text(MllamaForConditionalGeneration, hf, mesh),
+                 mllama_contract._driver, lambda model: mllama_contract._requests(model, items), items)
 
 
-def _mllama(hf, mesh):
-    model = MllamaForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), mesh, MAX_BATCH,
-                                                           max_seq_len=MAX_LEN, optimizations="accuracy")
+def _image_text(generator_class, hf, mesh):
+    """An image+text generator over ``mesh`` and its KV cache in the plugin's per-chip shape."""
+    model = generator_class.from_state_dict(hf.config, hf.state_dict(), mesh, MAX_BATCH, max_seq_len=MAX_LEN,
+                                            optimizations="accuracy")
     heads, head_dim = model.models[0].kv_geometry
     n_kv = hf.config.text_config.num_key_value_heads
     assert heads == n_kv // min(mesh.get_num_devices(), n_kv)
     return model, model.allocate_kv_cache((NUM_BLOCKS, heads, BLOCK, head_dim), torch.bfloat16,
                                           model.models[0].n_layers)
+
+
+def _gemma3_rows(g):
+    """One image, text only, two images (the sliding window of 32 is live in each: prompts of 42 to 45 tokens)."""
+    images = gemma3.processed([gemma3.random_image(w, h, seed=i) for i, (w, h) in enumerate([(80, 50), (40, 60),
+                                                                                              (64, 64)])])
+
+    def text(n):
+        return torch.randint(3, 490, (n,), generator=g).tolist()
+
+    return [(gemma3.prompt([text(10), text(14)], 1), images[:1], None), (text(40), [], None),
+            (gemma3.prompt([text(2), text(3), text(4)], 2), images[1:], None)]
+
+
+def _qwen2_5_vl_rows(g):
+    """One image (8 x 14 patches, window attention live), text only, two images (12 x 4 and 4 x 4 patches)."""
+    pixel_values, grids = qwen2_5_vl.processed([qwen2_5_vl.random_image(w, h, seed=i)
+                                                for i, (w, h) in enumerate([(200, 120), (60, 180), (56, 56)])])
+
+    def text(n):
+        return torch.randint(3, 490, (n,), generator=g).tolist()
+
+    return [(qwen2_5_vl.prompt([text(5), text(7)], grids[:1]), pixel_values[:1], grids[:1]), (text(23), [], None),
+            (qwen2_5_vl.prompt([text(3), text(4), text(6)], grids[1:]), pixel_values[1:], grids[1:])]
+
+
+def _capped(hf, logits):
+    """Gemma 3's soft-capped logits (HF's Gemma3ForConditionalGeneration leaves the cap out; it is monotonic, so HF's
+    greedy tokens stand)."""
+    cap = hf.config.text_config.final_logit_softcapping
+    return cap * torch.tanh(logits / cap)
+
+
+# family -> (HF model of vision overrides, generator class, its prompt rows, HF inputs, reference logits)
+IMAGE_TEXT_FAMILIES = {
+    "gemma3": (gemma3.tiny_gemma3, Gemma3ForConditionalGeneration, _gemma3_rows,
+               lambda tokens, pixel_values, grids: gemma3.hf_inputs(tokens, pixel_values), _capped),
+    "qwen2.5-vl": (qwen2_5_vl.tiny_qwen2_5_vl, Qwen2_5_VLForConditionalGeneration, _qwen2_5_vl_rows,
+                   qwen2_5_vl.hf_inputs, lambda hf, logits: logits),
+}
+# Vision towers of 128 (4 heads of 32) split over 4 chips into whole tiles, the tiny ones' 64 over 2 only; their MLPs
+# of 160 into 40 columns a chip (not whole tiles: as real towers' 4304 and 3420 split).
+WIDE_VISION = {"gemma3": dict(hidden_size=128, num_attention_heads=4, intermediate_size=160),
+               "qwen2.5-vl": dict(hidden_size=128, num_heads=4, intermediate_size=160)}
+# case -> (family, chips, identical leading greedy tokens at least (of 2 x NEW_TOKENS), measured: the wide Qwen2.5-VL's
+# image request meets a near-tie after 4 tokens, the rest agreeing under the closeness rule)
+IMAGE_TEXT = {"gemma3 over 2 chips (n300)": ("gemma3", 2, 20), "gemma3 over 4 chips": ("gemma3", 4, 20),
+              "qwen2.5-vl over 2 chips (n300)": ("qwen2.5-vl", 2, 20), "qwen2.5-vl over 4 chips": ("qwen2.5-vl", 4, 14)}
+
+
+@pytest.mark.parametrize("case", list(IMAGE_TEXT))
+def test_gemma3_and_qwen2_5_vl_split_over_chips_match_hf_and_one_chip(case):
+    """Decoder-only image+text models split over the chips: vision tower heads and MLP, text Q/KV heads (2 KV heads:
+    replicated over 4 chips), MLP and vocabulary; Gemma 3's sliding and global layers, Qwen2.5-VL's M-RoPE (rope
+    deltas through decode). An image row, a text-only row and a late-joining two-image request."""
+    family, chips, min_identical = IMAGE_TEXT[case]
+    make, generator_class, rows, inputs, reference = IMAGE_TEXT_FAMILIES[family]
+    hf = make(**(WIDE_VISION[family] if chips > 2 else {}))
+    items = []
+    with torch.no_grad():
+        for tokens, pixel_values, grids in rows(torch.Generator().manual_seed(3)):
+            sequence = hf.generate(**inputs(tokens, pixel_values, grids), max_new_tokens=NEW_TOKENS,
+                                   min_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0)[0]
+            logits = reference(hf, hf(**inputs(sequence.tolist(), pixel_values, grids)).logits[0])
+            items.append((tokens, pixel_values, grids, sequence, logits))
+
+    def driver(model, kv):
+        return VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
+                          width=MAX_LEN // BLOCK, mrope=family == "qwen2.5-vl", pixel_values=True)
+
+    def requests(model):
+        return [Request(tokens=list(tokens), prompt_len=len(tokens), pixel_values=pixel_values or None, grids=grids)
+                for tokens, pixel_values, grids, _, _ in items]
+
+    _check_split(chips, min_identical, lambda mesh: _image_text(generator_class, hf, mesh), driver, requests, items)
 
 
 # Meshes a model cannot split over are refused when it is built, with the numbers that do not divide.
@@ -239,6 +317,14 @@ def test_a_hidden_size_that_is_not_whole_tiles_on_each_chip_is_refused(host_mesh
     with pytest.raises(ValueError, match=r"^hidden_size 128 cannot split over 8 chips into whole 32-wide tiles "
                                          r"\(each needs a multiple of 256\)$"):
         _build(_decoder(LlamaConfig, 4, 2, hidden=128)(), host_mesh(8))
+
+
+def test_a_vision_tower_whose_width_is_not_whole_tiles_on_each_chip_is_refused(host_mesh):
+    """The tiny Gemma 3's text (hidden 128) splits over 4 chips, its SigLIP tower (64) would leave each 16 columns."""
+    hf = gemma3.tiny_gemma3()
+    with pytest.raises(ValueError, match=r"^vision_hidden_size 64 cannot split over 4 chips into whole 32-wide tiles "
+                                         r"\(each needs a multiple of 128\)$"):
+        Gemma3ForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), host_mesh(4), MAX_BATCH)
 
 
 def test_allocate_kv_cache_refuses_all_kv_heads_on_a_tensor_parallel_mesh(host_mesh):

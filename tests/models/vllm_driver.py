@@ -9,7 +9,8 @@ and ``encoder_lens`` (0 in decode padding rows). Image+text models (``vision``) 
 once cached, then the request's masks from its first prefill), return their masks from prefill, and get them
 back at every decode, aligned with the padded rows. M-RoPE models (``mrope``: Qwen2.5-VL) get each row's images as
 ``pixel_values`` / ``image_grid_thw`` at prefill, which returns the rows' rope deltas, and every row's delta
-(``rope_deltas_all_users``) at the first decode after a request joined, as TT vLLM's plugin sends them.
+(``rope_deltas_all_users``) at the first decode after a request joined, as TT vLLM's plugin sends them. Other
+decoder-only image+text models (``pixel_values``: Gemma 3) get each row's images as ``pixel_values`` only.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Request:
     cross_blocks: list[int] = field(default_factory=list)
     image: object = None  # a PIL image (image+text models)
     masks: tuple = (None, None)  # (cross_attention_mask, full_text_row_masked_out_mask) from prefill
-    pixel_values: list | None = None  # M-RoPE models: the images' patches and (t, h, w) grids
+    pixel_values: list | None = None  # decoder-only image+text models: the images (M-RoPE: patches, with grids)
     grids: list | None = None
     rope_delta: int = 0  # from prefill
 
@@ -42,9 +43,9 @@ class Request:
 class VllmDriver:
     def __init__(self, model, kv_cache, *, max_batch_size: int, num_blocks: int, block_size: int, width: int,
                  seed: int = 0, cross_width: int = 0, vision: bool = False, enable_trace: bool = False,
-                 mrope: bool = False) -> None:
+                 mrope: bool = False, pixel_values: bool = False) -> None:
         self.model, self.kv_cache, self.cross_width, self.vision = model, kv_cache, cross_width, vision
-        self.mrope, self.joined = mrope, False
+        self.mrope, self.pixel_values, self.joined = mrope, pixel_values, False
         # Decode runs traced only (as TT vLLM serves it): its cache writes are the trace's own.
         self.enable_trace = enable_trace
         self.decode_steps = 0
@@ -100,9 +101,10 @@ class VllmDriver:
                 extra.update(images=images, cross_attention_masks=[r.masks[0] for r in requests])
             else:
                 extra.update(encoder_inputs=encoder_inputs, encoder_lens=np.array([r.encoder_len for r in requests]))
+        if self.mrope or self.pixel_values:
+            extra = dict(pixel_values=[r.pixel_values if r.computed == 0 else None for r in requests])
         if self.mrope:
-            extra = dict(pixel_values=[r.pixel_values if r.computed == 0 else None for r in requests],
-                         image_grid_thw=[r.grids if r.computed == 0 else None for r in requests])
+            extra.update(image_grid_thw=[r.grids if r.computed == 0 else None for r in requests])
         out = self.model.prefill_forward(
             tokens=torch.tensor([self._token_row(r, width) for r in requests], dtype=torch.int32),
             page_table=torch.tensor([self._page_row(r) for r in requests], dtype=torch.int32),

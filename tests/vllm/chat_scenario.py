@@ -1,11 +1,13 @@
 """``vllm.LLM.chat`` with image messages through the real vllm-tt-plugin, run in a fresh process by
 test_plugin_images.py: ``python tests/vllm/chat_scenario.py '<json arguments>'`` from outside the checkout, with
 ``TT_MODELS_BACKEND=host`` and ``MESH_DEVICE`` set. Images arrive as PNG files and are handed to vLLM as PIL images
-(``image_pil`` parts). Prints one ``RESULT <json>`` line.
+(``image_pil`` parts). Several models run one after the other in this one process (each ``LLM`` shut down before the
+next starts: a process start and vLLM's imports are paid once). Prints one ``RESULT <json>`` line.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from typing import Any
@@ -26,9 +28,10 @@ def with_pil_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for m in messages]
 
 
-def main(model: str, conversations: list[list[dict[str, Any]]], max_tokens: int, block_size: int, max_num_seqs: int,
+def chat(model: str, conversations: list[list[dict[str, Any]]], max_tokens: int, block_size: int, max_num_seqs: int,
          max_model_len: int) -> dict[str, Any]:
-    """Greedy tokens (and the prompt tokens vLLM's processor made) of each conversation from one engine."""
+    """Greedy tokens (and the prompt tokens vLLM's processor made) of each conversation from one engine, shut down
+    when done."""
     from vllm import LLM, SamplingParams
 
     start = time.monotonic()
@@ -36,9 +39,18 @@ def main(model: str, conversations: list[list[dict[str, Any]]], max_tokens: int,
     started = time.monotonic()
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     outputs = llm.chat([with_pil_images(c) for c in conversations], params, use_tqdm=False)
-    return {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
-            "prompt_token_ids": [list(o.prompt_token_ids) for o in outputs],
-            "startup_s": round(started - start, 1), "generate_s": round(time.monotonic() - started, 1)}
+    report = {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
+              "prompt_token_ids": [list(o.prompt_token_ids) for o in outputs],
+              "startup_s": round(started - start, 1), "generate_s": round(time.monotonic() - started, 1)}
+    llm.llm_engine.engine_core.shutdown()  # the engine core process ends here, not at some later collection
+    del llm, outputs
+    gc.collect()
+    return report
+
+
+def main(runs: list[dict[str, Any]], **sizes: int) -> list[dict[str, Any]]:
+    """``runs``: ``{"model": <dir>, "conversations": [...]}`` each, served in turn with the same ``sizes``."""
+    return [chat(run["model"], run["conversations"], **sizes) for run in runs]
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""The real TT vLLM plugin serving tt-models' Qwen2.5-VL with image prompts on the host backend: ``vllm.LLM.chat``
-with PIL images goes through vLLM's own Qwen2.5-VL processor (registered on the TT class), the plugin's
-``pixel_values`` / ``image_grid_thw`` gathering and its M-RoPE deltas; greedy tokens equal the class driven
-directly with HF's processor of the same checkpoint (tests/models/qwen2_5_vl_direct.py).
+"""The real TT vLLM plugin serving tt-models' Qwen2.5-VL and Gemma 3 with image prompts on the host backend:
+``vllm.LLM.chat`` with PIL images goes through vLLM's own processor of each (registered on the TT class) and the
+plugin's ``pixel_values`` gathering (Qwen2.5-VL: with ``image_grid_thw`` and its M-RoPE deltas); the prompt tokens
+equal HF's processor's and the greedy tokens the class driven directly with them (tests/models/qwen2_5_vl_direct.py,
+tests/models/gemma3_direct.py).
 
-One engine start (chat_scenario.py in a fresh process, the engine core in it) serves every conversation: one image,
-two images of other sizes, text only.
+One process (chat_scenario.py, fresh, the engine cores its children) starts one engine per model in turn, each
+serving every conversation: one image, two images of other sizes, text only.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import pytest
 from PIL import Image
 from transformers import AutoProcessor
 
+from tests.models import gemma3_direct, qwen2_5_vl_direct
+from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
 from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
-from tests.models.qwen2_5_vl_direct import chat_inputs, greedy_direct
 from tests.models.qwen2_5_vl_reference import random_image
 from tests.vllm.chat_scenario import MARKER
 from tt_models.runtime import close_device, mock, open_device
@@ -44,8 +46,9 @@ def png(image: Image.Image, path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_qwen2_5_vl_checkpoint(tmp_path_factory.mktemp("tiny-qwen2.5-vl"))
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return [write_tiny_qwen2_5_vl_checkpoint(tmp_path_factory.mktemp("tiny-qwen2.5-vl")),
+            write_tiny_gemma3_checkpoint(tmp_path_factory.mktemp("tiny-gemma3"))]
 
 
 @pytest.fixture(scope="module")
@@ -54,31 +57,36 @@ def images() -> list[list[Image.Image]]:
             enumerate(CHATS)]
 
 
-def run_vllm(model_dir: Path, images: list[list[Image.Image]], workdir: Path) -> subprocess.Popen:
-    """chat_scenario.py started (not awaited): the engine core in its process, as ``vllm serve`` runs it."""
+def run_vllm(model_dirs: list[Path], images: list[list[Image.Image]], workdir: Path) -> subprocess.Popen:
+    """chat_scenario.py started (not awaited) on each model in turn: the engine core in its process, as ``vllm
+    serve`` runs it."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
     environ |= {"TT_MODELS_BACKEND": "host", "MESH_DEVICE": "N150", "VLLM_CACHE_ROOT": str(workdir / "vllm-cache")}
     conversations = [messages(text, [{"type": "image_png", "path": png(im, workdir / f"{i}-{j}.png")}
                                      for j, im in enumerate(ims)])
                      for i, ((text, _), ims) in enumerate(zip(CHATS, images))]
-    arguments = json.dumps({"model": str(model_dir), "conversations": conversations, **SIZES})
+    runs = [{"model": str(model_dir), "conversations": conversations} for model_dir in model_dirs]
+    arguments = json.dumps({"runs": runs, **SIZES})
     return subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_chat_with_images_equals_the_class_driven_directly(model_dir: Path, images: list[list[Image.Image]],
+def test_chat_with_images_equals_the_class_driven_directly(model_dirs: list[Path], images: list[list[Image.Image]],
                                                             tmp_path: Path) -> None:
-    processor = AutoProcessor.from_pretrained(model_dir)
-    requests = [chat_inputs(processor, messages(text, [{"type": "image"}] * len(ims)), ims)
-                for (text, _), ims in zip(CHATS, images)]
-    with run_vllm(model_dir, images, tmp_path) as process:
+    drivers = [qwen2_5_vl_direct, gemma3_direct]  # in model_dirs' order
+    requests = [[driver.chat_inputs(AutoProcessor.from_pretrained(model_dir),
+                                    messages(text, [{"type": "image"}] * len(ims)), ims)
+                 for (text, _), ims in zip(CHATS, images)] for driver, model_dir in zip(drivers, model_dirs)]
+    with run_vllm(model_dirs, images, tmp_path) as process:
         try:
-            device = open_device("host")  # the reference runs while vLLM starts
+            device = open_device("host")  # the references run while vLLM starts
             try:
-                reference = greedy_direct(model_dir, device, requests, max_tokens=SIZES["max_tokens"],
-                                          max_batch_size=SIZES["max_num_seqs"], block_size=SIZES["block_size"],
-                                          max_model_len=SIZES["max_model_len"])
+                references = [driver.greedy_direct(
+                    model_dir, device, model_requests, max_tokens=SIZES["max_tokens"],
+                    max_batch_size=SIZES["max_num_seqs"], block_size=SIZES["block_size"],
+                    max_model_len=SIZES["max_model_len"])
+                    for driver, model_dir, model_requests in zip(drivers, model_dirs, requests)]
             finally:
                 close_device(device)
             stdout, stderr = process.communicate(timeout=400)
@@ -86,8 +94,10 @@ def test_chat_with_images_equals_the_class_driven_directly(model_dir: Path, imag
             process.kill()
             raise
     assert process.returncode == 0, f"vLLM failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
-    report = json.loads([line for line in stdout.splitlines() if line.startswith(MARKER)][-1].removeprefix(MARKER))
-    print(f"vLLM startup {report['startup_s']} s, chat {report['generate_s']} s")
-    assert report["prompt_token_ids"] == [tokens for tokens, _, _ in requests]  # vLLM's processor expands as HF's
-    assert report["tokens"] == reference
+    reports = json.loads([line for line in stdout.splitlines() if line.startswith(MARKER)][-1].removeprefix(MARKER))
+    for model_dir, report, model_requests, reference in zip(model_dirs, reports, requests, references):
+        print(f"{model_dir.name}: vLLM startup {report['startup_s']} s, chat {report['generate_s']} s")
+        # vLLM's processor expands as HF's (Gemma 3: one <bos>, the template's)
+        assert report["prompt_token_ids"] == [request[0] for request in model_requests], model_dir.name
+        assert report["tokens"] == reference, model_dir.name
     assert "Traceback" not in stderr, stderr[-6000:]

@@ -66,10 +66,10 @@ ALIASES: dict[str, Callable[[], Path]] = {
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 IMAGE_PROCESSORS: dict[str, type[BaseImageProcessor] | type[AutoImageProcessor]] = {
-    "mllama": MllamaImageProcessorPil, "qwen2_5_vl": AutoImageProcessor}
+    "mllama": MllamaImageProcessorPil, "qwen2_5_vl": AutoImageProcessor, "gemma3": AutoImageProcessor}
 """Image processors read from a directory's ``preprocessor_config.json``, by model type. Mllama's: the pillow
-backend. Qwen2.5-VL's: HF's default backend, torchvision's where installed (the one vLLM's processor uses, whose
-resize differs from pillow's by a few levels), else pillow's."""
+backend. Qwen2.5-VL's and Gemma 3's: HF's default backend, torchvision's where installed (the one vLLM's processor
+uses, whose resize differs from pillow's by a few levels), else pillow's."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class Checkpoint:
     With tied embeddings ``lm_head.weight`` is present and shares storage with
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
     ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
-    image processor of Llama 3.2 Vision and Qwen2.5-VL directories with a ``preprocessor_config.json``; None
+    image processor of Llama 3.2 Vision, Qwen2.5-VL and Gemma 3 directories with a ``preprocessor_config.json``; None
     otherwise.
     ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
     An HF Whisper directory's is completed with the Whisper fields it lacks (``whisper_generation``).

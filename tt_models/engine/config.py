@@ -29,12 +29,19 @@ class KVShape:
         return KVShape(self.num_layers, self.num_kv_heads // min(chips, self.num_kv_heads), self.head_dim)
 
 
-PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl"})  # image tokens in the prompt, the vision tower's output in their rows
+# Image tokens in the prompt, the vision tower's output in their rows.
+PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl", "gemma3"})
 
 
 def has_prompt_images(hf_config: PretrainedConfig) -> bool:
-    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL)."""
+    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL, Gemma 3)."""
     return getattr(hf_config, "model_type", None) in PROMPT_IMAGE_MODELS
+
+
+def uses_mrope(hf_config: PretrainedConfig) -> bool:
+    """M-RoPE (Qwen2.5-VL; vLLM's test, ``mrope_section`` in the rope parameters): prefill returns each row's
+    position delta, which its decode steps take back."""
+    return "mrope_section" in (getattr(decoder_config(hf_config), "rope_parameters", None) or {})
 
 
 def is_image_text(hf_config: PretrainedConfig) -> bool:

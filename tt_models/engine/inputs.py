@@ -24,11 +24,13 @@ formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``, ``vllm/model_executor/mode
   Text is tokenized as HF's ``MllamaProcessor`` does it: ``<|begin_of_text|>`` added after the leading image
   tokens unless the text has it (a chat template's output does). The image is the request's encoder input;
   its cross blocks hold ``max_num_tiles * patches`` vision tokens.
-- Qwen2.5-VL (image tokens in the prompt): text (or token ids) with one ``<|image_pad|>`` per image in
-  ``multi_modal_data={"image": ...}`` (at most ``MAX_PROMPT_IMAGES``), as the chat template writes it
-  (``<|vision_start|><|image_pad|><|vision_end|>``); text is tokenized as vLLM does (special tokens added: Qwen's
-  tokenizer adds none). The checkpoint's image processor makes each image's flat patches and ``(t, h, w)`` grid, and
-  each placeholder is expanded to the image's ``t * h * w / merge**2`` tokens, as HF's and vLLM's processors do.
+- Qwen2.5-VL and Gemma 3 (image tokens in the prompt): text (or token ids) with one placeholder per image in
+  ``multi_modal_data={"image": ...}`` (at most ``MAX_PROMPT_IMAGES``), as the chat template writes it (Qwen2.5-VL's
+  ``<|vision_start|><|image_pad|><|vision_end|>``, Gemma 3's ``<start_of_image>``); text is tokenized as vLLM does
+  (special tokens added: Qwen's tokenizer adds none), except Gemma 3 with a chat template, whose text gets none (the
+  template writes ``<bos>``; as tt-models registers Gemma 3 with vLLM, and as vLLM's Gemma 4 does). The checkpoint's
+  image processor makes each image's pixels, and each placeholder is expanded to the image's tokens as HF's and
+  vLLM's processors do (``image_placeholders``).
 
 Every problem with a request raises ``ValueError`` naming it, so the engine can fail that request alone.
 """
@@ -53,6 +55,7 @@ from typing_extensions import NotRequired, TypedDict
 from tt_models.audio import load_audio
 from tt_models.engine.config import decoder_config, has_prompt_images, is_image_text
 from tt_models.engine.config import max_encoder_len as model_max_encoder_len
+from tt_models.engine.image_placeholders import expand, placeholder_id
 
 
 class TextPrompt(TypedDict):
@@ -99,8 +102,9 @@ class ProcessedInputs:
     encoder_prompt: str | None = None
     encoder_input: dict[str, torch.Tensor] | None = None
     encoder_len: int = 0
-    # Qwen2.5-VL: each image's ``pixel_values`` ([t * h * w, C * T * p * p]) and ``image_grid_thw`` ([3]), handed to
-    # every prefill of the request (chunks holding image tokens and recomputation rerun the vision tower).
+    # Qwen2.5-VL and Gemma 3: the images' ``prefill_forward`` arguments, one entry per image (``pixel_values``, and
+    # Qwen2.5-VL's ``image_grid_thw``), handed to every prefill of the request past its first image token (chunks
+    # holding image tokens and recomputation rerun the vision tower).
     prompt_images: dict[str, list[torch.Tensor]] | None = None
 
 
@@ -118,7 +122,7 @@ class _Singleton:
 
 
 MAX_IMAGES_PER_REQUEST = 1  # Llama 3.2 Vision on TT: one image's cross blocks per request
-MAX_PROMPT_IMAGES = 4  # Qwen2.5-VL, as tt-models registers it with vLLM (tt_models/vllm/multimodal.py)
+MAX_PROMPT_IMAGES = 4  # Qwen2.5-VL and Gemma 3, as tt-models registers them with vLLM (tt_models/vllm/multimodal.py)
 
 
 def max_images_per_request(hf_config: PretrainedConfig) -> int:
@@ -154,7 +158,7 @@ class InputProcessor:
         self.is_encoder_decoder = bool(getattr(hf_config, "is_encoder_decoder", False))
         self.image_token_id: int | None = None
         if has_prompt_images(hf_config):
-            self.image_token_id, self.image_processor = hf_config.image_token_id, processor
+            self.image_token_id, self.image_processor = placeholder_id(hf_config), processor
         if is_image_text(hf_config):
             self.image_token_id = hf_config.image_token_index
             self.max_encoder_len = model_max_encoder_len(hf_config)
@@ -251,29 +255,25 @@ class InputProcessor:
                                encoder_len=self.max_encoder_len)
 
     def _process_prompt_images(self, prompt: PromptType) -> ProcessedInputs:
+        placeholder = self.tokenizer.convert_ids_to_tokens(self.image_token_id) if self.tokenizer else "placeholder"
         if _is_explicit(prompt):
-            raise ValueError(f"{self.hf_config.model_type} takes a prompt with one <|image_pad|> per image and "
+            raise ValueError(f"{self.hf_config.model_type} takes a prompt with one {placeholder} per image and "
                              "multi_modal_data={'image': ...}, not an ExplicitEncoderDecoderPrompt")
         parsed = _parse_singleton(prompt, "prompt")
         images = _images(parsed.multi_modal_data, self.hf_config.model_type, MAX_PROMPT_IMAGES)
-        token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=True)
+        # Gemma 3's chat template writes <bos>, which its tokenizer would add again.
+        special = not (self.hf_config.model_type == "gemma3" and getattr(self.tokenizer, "chat_template", None))
+        token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=special)
         count = token_ids.count(self.image_token_id)
         if count != len(images):
-            raise ValueError(f"The prompt has {count} <|image_pad|> tokens for {len(images)} images: give one "
-                             "<|image_pad|> token per image (the chat template writes them)")
+            raise ValueError(f"The prompt has {count} {placeholder} tokens for {len(images)} images: give one "
+                             f"{placeholder} token per image (the chat template writes them)")
         prompt_images = None
         if images:
             if self.image_processor is None:
                 raise ValueError(f"{self.hf_config.model_type} needs the checkpoint's preprocessor_config.json "
                                  "to take images")
-            out = self.image_processor(images=images, return_tensors="pt")
-            grids = list(out["image_grid_thw"])
-            merge = self.hf_config.vision_config.spatial_merge_size ** 2
-            counts = iter(int(grid.prod()) // merge for grid in grids)
-            token_ids = [t for token in token_ids
-                         for t in ([token] * next(counts) if token == self.image_token_id else [token])]
-            prompt_images = {"pixel_values": list(out["pixel_values"].split([int(g.prod()) for g in grids])),
-                             "image_grid_thw": grids}
+            token_ids, prompt_images = expand(self.hf_config, self.tokenizer, self.image_processor, token_ids, images)
         self._check_decoder_len(token_ids, "prompt")
         return ProcessedInputs(token_ids, parsed.text, prompt_images=prompt_images)
 

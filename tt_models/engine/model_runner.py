@@ -23,7 +23,7 @@ from tt_models.checkpoints import Checkpoint
 from tt_models.engine.config import (
     HOST_KV_CACHE_BYTES, EngineConfig, KVShape, decoder_config, has_prompt_images, is_image_text, kv_shape,
     max_encoder_len,
-    uses_cross_attention,
+    uses_cross_attention, uses_mrope,
 )
 from tt_models.engine.input_batch import InputBatch, page_table_width
 from tt_models.engine.request import Sequence
@@ -35,15 +35,16 @@ from tt_models.runtime import backend_of, close_device, open_device
 def generator_classes() -> dict[str, type]:
     """The generator class of each HF architecture (those ``generator_vllm.py`` exports to TT vLLM)."""
     from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
+    from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
     from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
     from tt_models.models.mllama.generator import MllamaForConditionalGeneration
     from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
     from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
-    return {cls.__name__: cls for cls in (BartForConditionalGeneration, MBartForConditionalGeneration,
-                                          LlamaForCausalLM, MistralForCausalLM, MllamaForConditionalGeneration,
-                                          Qwen2ForCausalLM, Qwen2_5_VLForConditionalGeneration,
-                                          WhisperForConditionalGeneration)}
+    return {cls.__name__: cls for cls in (BartForConditionalGeneration, Gemma3ForConditionalGeneration,
+                                          MBartForConditionalGeneration, LlamaForCausalLM, MistralForCausalLM,
+                                          MllamaForConditionalGeneration, Qwen2ForCausalLM,
+                                          Qwen2_5_VLForConditionalGeneration, WhisperForConditionalGeneration)}
 
 
 def generator_class(hf_config: Any) -> type:
@@ -75,6 +76,7 @@ class ModelRunner:
         self.uses_cross = uses_cross_attention(hf_config)
         self.image_text = is_image_text(hf_config)
         self.prompt_images = has_prompt_images(hf_config)
+        self.mrope = uses_mrope(hf_config)
         self.device = None
         replicas = config.data_parallel_size
         if generator is None:
@@ -187,7 +189,7 @@ class ModelRunner:
                 masks[self.batch.row_of[seq.key]] = seq.request.vision_masks
             kwargs.update(cross_attention_masks=[m[0] for m in masks],
                           full_text_row_masked_out_mask=[m[1] for m in masks])
-        if self.prompt_images:  # every row's delta at every step: the model then keeps no state across steps
+        if self.mrope:  # every row's delta at every step: the model then keeps no state across steps
             deltas = [0] * self.config.max_num_seqs
             for seq, _ in out.scheduled:
                 deltas[self.batch.row_of[seq.key]] = seq.request.rope_delta
@@ -236,17 +238,20 @@ class ModelRunner:
         return logits
 
     def _prefill_prompt_images(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
-        """TT vLLM's V1 image contract (Qwen2.5-VL): a row's images (None: text only) at every prefill whose chunk
-        ends past its first image token, so a chunk holding image tokens, a copy-on-write rebuild or a recomputation
-        after preemption reruns the vision tower on them (and later chunks get the images' positions); the M-RoPE
-        deltas returned are kept per request for decode."""
+        """TT vLLM's V1 image contract (Qwen2.5-VL, Gemma 3): a row's images (None: text only) at every prefill whose
+        chunk ends past its first image token, so a chunk holding image tokens, a copy-on-write rebuild or a
+        recomputation after preemption reruns the vision tower on them (and Qwen2.5-VL's later chunks get the images'
+        positions); M-RoPE deltas returned are kept per request for decode."""
         image_token = self.model.image_token_id
         images = [r.inputs.prompt_images if r.inputs.prompt_images is not None
                   and image_token in r.inputs.prompt_token_ids[:end] else None
                   for r, end in zip(requests, kwargs["prompt_lens"].tolist())]
-        logits, deltas = self.model.prefill_forward(
-            **kwargs, pixel_values=[None if i is None else i["pixel_values"] for i in images],
-            image_grid_thw=[None if i is None else i["image_grid_thw"] for i in images], kv_cache=self.kv_cache)
+        keys = ("pixel_values", "image_grid_thw") if self.mrope else ("pixel_values",)
+        out = self.model.prefill_forward(**kwargs, **{key: [None if i is None else i[key] for i in images]
+                                                      for key in keys}, kv_cache=self.kv_cache)
+        if not self.mrope:
+            return out
+        logits, deltas = out
         for request, delta in zip(requests, deltas.tolist()):
             request.rope_delta = delta
         return logits

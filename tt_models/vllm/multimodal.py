@@ -4,8 +4,8 @@
 vLLM treats a model as multimodal only when its class is ``SupportsMultiModal`` and carries a processor registered
 with ``MULTIMODAL_REGISTRY``; the processor (vLLM's own, run on the host in the front end and again for the
 scheduler's encoder budget) expands each image's placeholder in the prompt and hands the model its
-``pixel_values`` / ``image_grid_thw`` per request. This module imports vLLM, so only ``generator_vllm`` (the module
-TT vLLM loads) imports it; the model packages and tt-models' engine never do.
+``pixel_values`` (and Qwen2.5-VL's ``image_grid_thw``) per request. This module imports vLLM, so only
+``generator_vllm`` (the module TT vLLM loads) imports it; the model packages and tt-models' engine never do.
 """
 
 from __future__ import annotations
@@ -13,27 +13,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vllm.model_executor.models.gemma3_mm import (
+    Gemma3DummyInputsBuilder, Gemma3ForConditionalGeneration, Gemma3MultiModalProcessor, Gemma3ProcessingInfo,
+)
 from vllm.model_executor.models.interfaces import SupportsMultiModal
 from vllm.model_executor.models.qwen2_5_vl import (
     Qwen2_5_VLDummyInputsBuilder, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLMultiModalProcessor,
     Qwen2_5_VLProcessingInfo,
 )
 from vllm.multimodal import MULTIMODAL_REGISTRY
+from vllm.renderers.params import TokenizeParams
 
-__all__ = ["Qwen2_5_VLMultiModal", "register_qwen2_5_vl"]
+__all__ = ["Gemma3MultiModal", "Qwen2_5_VLMultiModal", "register_gemma3", "register_qwen2_5_vl"]
 
 # HF's own default (1280 merged tokens of 28 x 28 px). The real checkpoints' preprocessor_config.json allows
 # 12845056 px, 16384 tokens an image: vLLM would budget every image at that, more than a 4096-token context.
 QWEN2_5_VL_MAX_PIXELS = 28 * 28 * 1280
-QWEN2_5_VL_MAX_IMAGES = 4  # per prompt; the class takes several (each runs the vision tower on its own)
+MAX_IMAGES = 4  # per prompt, as tt-models' engine takes them; the classes take several (each runs the vision tower)
 
 
 class TTQwen2_5_VLProcessingInfo(Qwen2_5_VLProcessingInfo):
-    """Images only (no video path in the TT class), at most ``QWEN2_5_VL_MAX_IMAGES`` a prompt, each resized to at
-    most ``QWEN2_5_VL_MAX_PIXELS``."""
+    """Images only (no video path in the TT class), at most ``MAX_IMAGES`` a prompt, each resized to at most
+    ``QWEN2_5_VL_MAX_PIXELS``."""
 
     def get_supported_mm_limits(self) -> Mapping[str, int | None]:
-        return {"image": QWEN2_5_VL_MAX_IMAGES, "video": 0}
+        return {"image": MAX_IMAGES, "video": 0}
 
     def get_hf_processor(self, **kwargs: object) -> Any:
         # vLLM caches the processor; its image processor's size is what both the resize and vLLM's token counts
@@ -57,3 +61,41 @@ class Qwen2_5_VLMultiModal(SupportsMultiModal):
     def get_placeholder_str(cls, modality: str, i: int) -> str | None:
         # A chat message's image where the chat template takes text only: vLLM's Qwen2.5-VL's placeholder.
         return Qwen2_5_VLForConditionalGeneration.get_placeholder_str(modality, i)
+
+
+class TTGemma3ProcessingInfo(Gemma3ProcessingInfo):
+    """At most ``MAX_IMAGES`` a prompt (vLLM's own allows any number, budgeted as 999), and one ``<bos>``."""
+
+    def get_supported_mm_limits(self) -> Mapping[str, int | None]:
+        return {"image": MAX_IMAGES}
+
+    def get_default_tok_params(self) -> TokenizeParams:
+        # vLLM's Gemma 4 fix, which its Gemma 3 lacks: a multimodal model's prompts (chats too) are tokenized with
+        # special tokens, and the chat template already writes <bos>, so chats started [<bos>, <bos>, ...].
+        params = super().get_default_tok_params()
+        if getattr(self.ctx.get_tokenizer(), "chat_template", None) is not None:
+            params = params.with_kwargs(add_special_tokens=False)
+        return params
+
+
+class TTGemma3MultiModalProcessor(Gemma3MultiModalProcessor):
+    """vLLM's Gemma 3 processor, with its text-only step working under transformers 5."""
+
+    def _apply_hf_processor_text_only(self, prompt_text: str, tokenization_kwargs: Mapping[str, object]) -> list[int]:
+        # vLLM tokenizes a prompt apart from its images (the processor cache's path, the encoder budget's dummy
+        # inputs) by calling HF's processor on the text alone, which transformers 5's Gemma3Processor refuses ("Found
+        # 1 <start_of_image> tokens in the text but no images were passed"); without images it only tokenizes.
+        return self.info.get_tokenizer()(prompt_text, **tokenization_kwargs)["input_ids"]
+
+
+register_gemma3 = MULTIMODAL_REGISTRY.register_processor(
+    TTGemma3MultiModalProcessor, info=TTGemma3ProcessingInfo, dummy_inputs=Gemma3DummyInputsBuilder)
+
+
+class Gemma3MultiModal(SupportsMultiModal):
+    """What vLLM asks of a Gemma 3 class beside its processor (derived from after the generator base)."""
+
+    @classmethod
+    def get_placeholder_str(cls, modality: str, i: int) -> str | None:
+        # vLLM's Gemma 3's placeholder: <start_of_image>, which its processor expands.
+        return Gemma3ForConditionalGeneration.get_placeholder_str(modality, i)

@@ -8,7 +8,8 @@ M-RoPE (``research/vlm_v1.md`` section 1).
   with each image's ``<image_soft_token>`` placeholders expanded (vLLM's processor does it). Returns the logits
   ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``). A chunk with ``start_pos > 0``
   (the plugin never sends one for Gemma 3: no chunked prefill, no prefix caching) runs causally when it holds no
-  image tokens; one that holds some is rerun from position 0 and needs the row's images again.
+  image tokens; one that holds some is rerun from position 0 and needs the row's images again (those whose tokens
+  start before the chunk's end at least: the chunk may end between or inside images).
 - ``decode_forward``: as the text-only classes; sliding-window layers read their window of the same blocks.
 """
 
@@ -20,7 +21,8 @@ import torch
 
 from tt_models.models.gemma3.model import Gemma3Model
 from tt_models.runtime import ttnn, use
-from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.generator import as_torch
+from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
 
 
 def row_images(pixel_values: Any) -> list[torch.Tensor]:
@@ -36,22 +38,14 @@ def row_images(pixel_values: Any) -> list[torch.Tensor]:
     return images
 
 
-class Gemma3ForConditionalGeneration(Generator):
+class Gemma3ForConditionalGeneration(ImageTextGenerator):
     """Gemma 3: images + text in, text out; image tokens in the prompt attend one another both ways in prefill."""
 
     # As tt-metal declares it for Gemma 3 (no prefix caching: vLLM turns it off for sliding-window models).
     model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
                           "supports_sample_on_device": True}
-
-    @classmethod
-    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
-                        max_seq_len: int = 4096, tt_data_parallel: int = 1,
-                        optimizations: str | None = None) -> "Gemma3ForConditionalGeneration":
-        generator = cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users:
-                                       Gemma3Model(hf_config, state, device, max_batch_size=users,
-                                                   max_seq_len=max_seq_len, optimizations=optimizations))
-        generator.image_token_id = hf_config.image_token_id
-        return generator
+    model_class = Gemma3Model
+    models: list[Gemma3Model]
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
                         pixel_values: Sequence[Any] | None = None, enable_trace: bool = False, empty_slots: Any = None,
@@ -87,49 +81,16 @@ class Gemma3ForConditionalGeneration(Generator):
         # chunk holding some (a recomputation, a one-token step) reruns the prompt from position 0, rewriting the
         # cached K/V with the same values.
         start = 0
-        image_rows = torch.full((end,), -1, dtype=torch.int64)
-        image_rows[is_image] = torch.arange(int(is_image.sum()))
-        expected = len(images) * model.tokens_per_image
-        if int(is_image.sum()) != expected:
-            raise ValueError(f"prefill row {row}: {int(is_image.sum())} image tokens in the prompt but {len(images)} "
-                             f"images of {model.tokens_per_image} tokens")
-        table = model.image_table(images)
-        logits = model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, image_rows=image_rows,
-                                    image_table=table)
+        # The images whose tokens start before the chunk's end: a chunk may end between or inside images (the caller
+        # may hand every chunk all the row's images); a cut image's K/V here sees only its first part, and the chunk
+        # holding the rest reruns the prompt with the whole image.
+        count = int(is_image.sum())
+        needed = -(-count // model.tokens_per_image)
+        if needed > len(images):
+            raise ValueError(f"prefill row {row}: {count} image tokens in the prompt but {len(images)} images of "
+                             f"{model.tokens_per_image} tokens")
+        table = model.image_table(images[:needed])
+        logits = model.text.prefill(tokens, start, end, page_table, kv_cache, on_device,
+                                    image_rows=table_rows(is_image), image_table=table)
         ttnn.deallocate(table)
         return logits
-
-    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
-                       enable_trace: bool = False, read_from_device: bool = True, sampling_params: Any = None,
-                       prompt_tokens: Any = None, output_tokens: Any = None, **kwargs: Any) -> Any:
-        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens ``[B]`` with
-        ``sampling_params``)."""
-        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
-        page_table = as_torch(page_table, torch.int32)
-        self.check_decode_batch(tokens, positions, page_table)
-        inputs = []
-        for replica, model in enumerate(self.models):
-            rows = self.replica_rows(replica)
-            with use(self.devices[replica]):
-                inputs.append(model.text.decode_inputs(tokens[rows], positions[rows], page_table[rows]))
-
-        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
-            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
-
-        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
-                               read_from_device=read_from_device, sampling_params=sampling_params,
-                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
-
-    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
-                             **kwargs: Any) -> None:
-        """Compile the vision tower and projector (a blank image) and the text prefill; the page table is all
-        ``-1``, so nothing is written to the cache."""
-        if kv_cache is None:
-            return
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
-            block_size = kv_cache[replica][0][0].shape[2]
-            args = model.vision_args
-            with use(device):
-                ttnn.deallocate(model.image_tokens(torch.zeros(args.channels, args.image_size, args.image_size)))
-                model.text.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
-                                   torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])

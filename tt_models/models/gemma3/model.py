@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -11,6 +11,7 @@ from tt_models.models.gemma3.projector import Projector
 from tt_models.models.gemma3.text import Gemma3Text
 from tt_models.models.gemma3.vision import VisionArgs, VisionTower
 from tt_models.runtime import ttnn
+from tt_models.tt.image_text import ImageTextModel
 from tt_models.tt.model_config import Precision, default_profile
 
 
@@ -19,7 +20,7 @@ def text_precision(hf_config: Any, optimizations: str | None) -> Precision:
     return replace(Precision.for_model(hf_config, optimizations), mlp_weights=ttnn.bfloat8_b)
 
 
-class Gemma3Model:
+class Gemma3Model(ImageTextModel):
     def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
                  max_seq_len: int, optimizations: str | None) -> None:
         self.device = device
@@ -30,18 +31,8 @@ class Gemma3Model:
         self.tokens_per_image = hf_config.mm_tokens_per_image
         self.projector = Projector(state, "model.multi_modal_projector.", args.patches_per_side, self.tokens_per_image,
                                    args.norm_eps, device, vision_precision.attention_weights)
-        self.text = Gemma3Text(hf_config.text_config, state, device, max_batch_size=max_batch_size,
-                               max_seq_len=max_seq_len, precision=text_precision(hf_config, optimizations))
-        self.n_layers = self.text.n_layers
-        self.precision = self.text.precision
-
-    @property
-    def vocab_size(self) -> int:
-        return self.text.vocab_size
-
-    @property
-    def kv_geometry(self) -> tuple[int, int]:
-        return self.text.kv_geometry
+        super().__init__(Gemma3Text(hf_config.text_config, state, device, max_batch_size=max_batch_size,
+                                    max_seq_len=max_seq_len, precision=text_precision(hf_config, optimizations)))
 
     def image_tokens(self, pixel_values: torch.Tensor) -> Any:
         """One image ``[C, H, W]`` -> its tokens ``[1, 1, mm_tokens_per_image, text dim]`` on the device."""
@@ -50,12 +41,6 @@ class Gemma3Model:
         ttnn.deallocate(patches)
         return out
 
-    def image_table(self, images: Sequence[torch.Tensor]) -> Any:
-        """The tokens of a request's images, one after the other: ``[1, 1, images * tokens, text dim]``."""
-        parts = [self.image_tokens(image) for image in images]
-        if len(parts) == 1:
-            return parts[0]
-        table = ttnn.concat(parts, dim=2)
-        for part in parts:
-            ttnn.deallocate(part)
-        return table
+    def blank_image(self) -> tuple[torch.Tensor]:
+        args = self.vision_args
+        return (torch.zeros(args.channels, args.image_size, args.image_size),)

@@ -3,7 +3,8 @@
 HF's ``Gemma3MultiModalProjector``: average pooling of the ``side x side`` patch grid in ``k x k`` squares
 (``k = side / sqrt(mm_tokens_per_image)``), Gemma's RMSNorm ``(1 + w)``, and the projection
 ``mm_input_projection_weight [vision dim, text dim]``. The pooling is one matmul with a constant ``[tokens, patches]``
-matrix (``1 / k^2`` where a patch falls in a token's square), built on the host.
+matrix (``1 / k^2`` where a patch falls in a token's square), built on the host. On a mesh the projection is
+column-parallel, its output gathered whole on every chip (as Mllama's projector).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from tt_models.models.gemma3.decoder import gemma_norm
 from tt_models.runtime import ttnn
 from tt_models.tt.linear import Linear
+from tt_models.tt.tensor_parallel import gather
 from tt_models.tt.weights import as_tensor
 
 
@@ -34,13 +36,18 @@ class Projector:
                  device: Any, weight_dtype: Any) -> None:
         self.pool = as_tensor(pooling_matrix(patches_per_side, tokens)[None, None], device)
         self.norm = gemma_norm(state[f"{prefix}mm_soft_emb_norm.weight"], eps, device, fractured=False)
-        self.projection = Linear(state[f"{prefix}mm_input_projection_weight"].T, device, weight_dtype)
+        self.device = device
+        self.projection = Linear(state[f"{prefix}mm_input_projection_weight"].T, device, weight_dtype,
+                                 parallel="column")
 
     def forward(self, patches: Any) -> Any:
         """``[1, 1, patches, vision dim]`` (whole) -> ``[1, 1, tokens, text dim]`` (whole on every chip)."""
         pooled = ttnn.matmul(self.pool, patches)
         normed = self.norm.forward(pooled)
         ttnn.deallocate(pooled)
-        out = self.projection.forward(normed)
+        projected = self.projection.forward(normed)
         ttnn.deallocate(normed)
+        out = gather(projected, self.device)
+        if out is not projected:
+            ttnn.deallocate(projected)
         return out

@@ -10,7 +10,8 @@ HF's ``SiglipVisionModel`` up to ``last_hidden_state`` (Gemma 3 does not use Sig
   tt-metal pads them: SigLIP-so400m's are 72 wide).
 - The post layernorm.
 
-On a mesh the residual stream is fractured as in the text layers; the output is whole on every chip.
+On a mesh the patch embedding is column-parallel (its bias and the position embeddings split with it), the heads and
+the MLP split and the residual stream fractured, as in the text layers; the output is whole on every chip.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
 from tt_models.tt.residual import pre_norm_residual
 from tt_models.tt.rope import TILE
-from tt_models.tt.tensor_parallel import fracture
+from tt_models.tt.tensor_parallel import check_splits
 from tt_models.tt.weights import as_tensor
 
 ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -117,14 +118,18 @@ class EncoderLayer:
 class VisionTower:
     def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
                  precision: Precision) -> None:
+        # The fractured residual splits into whole tiles per chip; the MLP need not (its matmuls pad each slice).
+        check_splits(device, vision_hidden_size=args.dim)
         self.args, self.device = args, device
         dtype = precision.attention_weights
         self.padded_width = -(-args.patch_width // TILE) * TILE
         conv = state[f"{prefix}embeddings.patch_embedding.weight"].reshape(args.dim, -1)
         conv = torch.nn.functional.pad(conv, (0, self.padded_width - conv.shape[1]))
-        self.patch_weight = as_tensor(conv.T.contiguous()[None, None], device, dtype=dtype)
-        self.patch_bias = as_tensor(state[f"{prefix}embeddings.patch_embedding.bias"].reshape(1, 1, 1, -1), device)
-        self.positions = as_tensor(state[f"{prefix}embeddings.position_embedding.weight"][None, None], device)
+        self.patch_weight = as_tensor(conv.T.contiguous()[None, None], device, dtype=dtype, shard_dim=-1)
+        self.patch_bias = as_tensor(state[f"{prefix}embeddings.patch_embedding.bias"].reshape(1, 1, 1, -1), device,
+                                    shard_dim=-1)
+        self.positions = as_tensor(state[f"{prefix}embeddings.position_embedding.weight"][None, None], device,
+                                   shard_dim=-1)
         self.layers = [EncoderLayer(args, state, f"{prefix}encoder.layers.{i}.", device, dtype)
                        for i in range(args.depth)]
         self.post_norm = LayerNorm(state[f"{prefix}post_layernorm.weight"], state[f"{prefix}post_layernorm.bias"],
@@ -141,7 +146,7 @@ class VisionTower:
         patches = as_tensor(rows[None, None], self.device)
         embedded = ttnn.linear(patches, self.patch_weight, bias=self.patch_bias)
         ttnn.deallocate(patches)
-        x = fracture(ttnn.add(embedded, self.positions), self.device)
+        x = ttnn.add(embedded, self.positions)  # fractured, as the column-parallel patch embedding comes out
         ttnn.deallocate(embedded)
         for layer in self.layers:
             out = layer.forward(x)

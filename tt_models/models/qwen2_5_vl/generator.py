@@ -21,7 +21,9 @@ import torch
 from tt_models.models.qwen2_5_vl.model import Qwen2_5_VLModel
 from tt_models.models.qwen2_5_vl.rope_index import mrope_positions
 from tt_models.runtime import ttnn, use
-from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.decode_inputs import HostInputs
+from tt_models.tt.generator import as_torch
+from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
 
 
 def row_images(pixel_values: Any, grids: Any) -> tuple[list[torch.Tensor], list[tuple[int, int, int]]]:
@@ -42,23 +44,18 @@ def row_images(pixel_values: Any, grids: Any) -> tuple[list[torch.Tensor], list[
     return list(pixel_values), grids
 
 
-class Qwen2_5_VLForConditionalGeneration(Generator):
+class Qwen2_5_VLForConditionalGeneration(ImageTextGenerator):
     """Qwen2.5-VL: images + text in, text out; image tokens in the prompt, M-RoPE positions."""
 
     # As tt-metal declares it for Qwen2.5-VL (no prefix caching: a cached prefix would need its images' positions).
     model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
                           "supports_sample_on_device": True}
+    model_class = Qwen2_5_VLModel
+    models: list[Qwen2_5_VLModel]
 
-    @classmethod
-    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
-                        max_seq_len: int = 4096, tt_data_parallel: int = 1,
-                        optimizations: str | None = None) -> "Qwen2_5_VLForConditionalGeneration":
-        generator = cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users:
-                                       Qwen2_5_VLModel(hf_config, state, device, max_batch_size=users,
-                                                       max_seq_len=max_seq_len, optimizations=optimizations))
-        generator.image_token_id = hf_config.image_token_id
-        generator.rope_deltas = torch.zeros(max_batch_size, dtype=torch.int64)  # per batch slot
-        return generator
+    def __init__(self, models: list[Qwen2_5_VLModel], devices: list[Any], max_batch_size: int) -> None:
+        super().__init__(models, devices, max_batch_size)
+        self.rope_deltas = torch.zeros(max_batch_size, dtype=torch.int64)  # per batch slot
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
                         pixel_values: Sequence[Any] | None = None, image_grid_thw: Sequence[Any] | None = None,
@@ -98,8 +95,6 @@ class Qwen2_5_VLForConditionalGeneration(Generator):
         if not grids:
             raise ValueError(f"prefill row {row}: image tokens in the prompt but no image_grid_thw")
         positions, delta = mrope_positions(tokens[:end], grids, self.image_token_id, model.vision_args.merge)
-        image_rows = torch.full((end,), -1, dtype=torch.int64)
-        image_rows[is_image] = torch.arange(int(is_image.sum()))
         chunk_start = start // kv_cache[0][0].shape[2] * kv_cache[0][0].shape[2]  # where the chunk restarts
         table = None
         if bool(is_image[chunk_start:].any()):
@@ -107,20 +102,15 @@ class Qwen2_5_VLForConditionalGeneration(Generator):
                 raise ValueError(f"prefill row {row}: the chunk holds image tokens but pixel_values has no images")
             table = model.image_table(images, grids)
         logits = model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, positions=positions,
-                                    image_rows=image_rows, image_table=table)
+                                    image_rows=table_rows(is_image), image_table=table)
         if table is not None:
             ttnn.deallocate(table)
         return logits, delta
 
-    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
-                       rope_deltas_all_users: Sequence[int] | None = None, slot_remap: Any = None,
-                       enable_trace: bool = False, read_from_device: bool = True, sampling_params: Any = None,
-                       prompt_tokens: Any = None, output_tokens: Any = None, **kwargs: Any) -> Any:
-        """One token per row of a batch padded to ``max_batch_size``, each rotated at its position plus its slot's
-        delta; logits ``[B, 1, V]`` (tokens ``[B]`` with ``sampling_params``)."""
-        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
-        page_table = as_torch(page_table, torch.int32)
-        self.check_decode_batch(tokens, positions, page_table)
+    def decode_forward(self, *, rope_deltas_all_users: Sequence[int] | None = None, slot_remap: Any = None,
+                       **kwargs: Any) -> Any:
+        """As :meth:`ImageTextGenerator.decode_forward` (its keywords), each row rotated at its position plus its
+        slot's delta."""
         if slot_remap is not None:  # row i takes slot remap[i]'s state, as the plugin moves every per-slot state
             remap = as_torch(slot_remap).reshape(-1)
             moved = self.rope_deltas.clone()
@@ -129,31 +119,8 @@ class Qwen2_5_VLForConditionalGeneration(Generator):
         if rope_deltas_all_users is not None:
             given = as_torch(rope_deltas_all_users).reshape(-1)
             self.rope_deltas[: len(given)] = given
-        inputs = []
-        for replica, model in enumerate(self.models):
-            rows = self.replica_rows(replica)
-            with use(self.devices[replica]):
-                inputs.append(model.text.decode_inputs_with_deltas(tokens[rows], positions[rows], page_table[rows],
-                                                                   self.rope_deltas[rows]))
+        return super().decode_forward(**kwargs)
 
-        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
-            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
-
-        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
-                               read_from_device=read_from_device, sampling_params=sampling_params,
-                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
-
-    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
-                             **kwargs: Any) -> None:
-        """Compile the vision tower (the smallest image) and the text prefill; the page table is all ``-1``, so
-        nothing is written to the cache."""
-        if kv_cache is None:
-            return
-        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
-            block_size = kv_cache[replica][0][0].shape[2]
-            args = model.vision_args
-            with use(device):
-                ttnn.deallocate(model.vision.forward(torch.zeros(args.merge ** 2, args.patch_width),
-                                                     (1, args.merge, args.merge)))
-                model.text.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
-                                   torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])
+    def decode_inputs(self, model: Qwen2_5_VLModel, rows: slice, tokens: torch.Tensor, positions: torch.Tensor,
+                      page_table: torch.Tensor) -> HostInputs:
+        return model.text.decode_inputs_with_deltas(tokens, positions, page_table, self.rope_deltas[rows])

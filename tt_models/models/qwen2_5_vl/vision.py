@@ -32,7 +32,7 @@ from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.residual import pre_norm_residual
 from tt_models.tt.rope import TILE, transformation_matrix
-from tt_models.tt.tensor_parallel import fracture, gather
+from tt_models.tt.tensor_parallel import check_splits, gather
 from tt_models.tt.weights import as_linear_weight, as_tensor, mesh_mapper
 
 NORM_EPS = 1e-6  # HF hard-codes it for the vision blocks and the merger
@@ -119,6 +119,8 @@ class VisionBlock:
 class VisionTower:
     def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
                  precision: Precision) -> None:
+        # The fractured residual splits into whole tiles per chip; the MLP need not (its matmuls pad each slice).
+        check_splits(device, vision_hidden_size=args.dim)
         self.args, self.device = args, device
         self.padded_width = -(-args.patch_width // TILE) * TILE
         conv = state[f"{prefix}patch_embed.proj.weight"].reshape(args.dim, -1)
@@ -145,7 +147,7 @@ class VisionTower:
                              f"{[layout.patches, args.patch_width]}")
         rows = torch.nn.functional.pad(pixel_values.float()[layout.order], (0, self.padded_width - args.patch_width))
         patches = as_tensor(rows[None, None], device)
-        x = fracture(ttnn.linear(patches, self.patch_weight), device)
+        x = ttnn.linear(patches, self.patch_weight)  # column-parallel: comes out fractured
         ttnn.deallocate(patches)
         cos, sin = rotary_cos_sin(layout.positions, args)
         rot = (as_tensor(cos[None, None], device), as_tensor(sin[None, None], device))

@@ -1,0 +1,96 @@
+"""A tiny Gemma 3 instruct HF directory, laid out like the real ``gemma-3-4b-it``, built offline.
+
+Its files: ``config.json`` and safetensors (``tiny_gemma3``), ``preprocessor_config.json`` (the real values, 64 px
+images) and ``processor_config.json`` (``image_seq_length`` = the config's 16 tokens an image),
+``chat_template.jinja`` (the real template), ``generation_config.json``, and a Gemma style tokenizer: byte-level
+BPE trained here on ``CORPUS``, ``<bos>`` prepended, ``<pad>`` 0, ``<eos>`` 1, ``<bos>`` 2, the turn markers, the
+newline runs ``\\n`` .. ``\\n\\n\\n\\n`` as whole tokens (vLLM's Gemma 3 processor looks them up to merge the newlines
+around an expanded image), and the image tokens at the tiny config's ids: ``<start_of_image>`` 498,
+``<end_of_image>`` 499, ``<image_soft_token>`` 500. vLLM's Gemma 3 processor, HF's ``AutoProcessor`` and
+tt-models' engine all read it as they read the real one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import Gemma3Processor, GenerationConfig, PreTrainedTokenizerFast
+from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
+
+from tests.models.gemma3_reference import END_OF_IMAGE, IMAGE_TOKEN, START_OF_IMAGE, TOKENS_PER_IMAGE, VISION, \
+    tiny_gemma3
+from tests.models.mllama_checkpoint import CORPUS
+
+TEXT_SPECIALS = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<start_of_turn>": 4, "<end_of_turn>": 5}
+NEWLINES = ["\n" * n for n in range(1, 5)]  # ids START_OF_IMAGE - 4 .. START_OF_IMAGE - 1
+IMAGE_SPECIALS = {"<start_of_image>": START_OF_IMAGE, "<end_of_image>": END_OF_IMAGE, "<image_soft_token>": IMAGE_TOKEN}
+
+# The real gemma-3-4b-it chat template (chat_template.json of the hub's checkpoint).
+CHAT_TEMPLATE = (
+    "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n"
+    "{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n")
+
+
+def tiny_gemma_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE on ``CORPUS`` (deterministic) below the newline tokens; reserved tokens fill the ids the merges
+    leave free, so the newline and image tokens land on their ids."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    first_newline = START_OF_IMAGE - len(NEWLINES)
+    backend.train_from_iterator([CORPUS], trainers.BpeTrainer(
+        vocab_size=first_newline, special_tokens=list(TEXT_SPECIALS), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.add_special_tokens([f"<unused{i}>" for i in range(first_newline - backend.get_vocab_size())])
+    # Plain (not special) added tokens: matched whole before the byte-level split, decoded as written.
+    backend.add_tokens([AddedToken(n, normalized=False) for n in NEWLINES])
+    backend.add_special_tokens(list(IMAGE_SPECIALS))
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
+                                                           special_tokens=[("<bos>", TEXT_SPECIALS["<bos>"])])
+    expected = TEXT_SPECIALS | IMAGE_SPECIALS | {n: first_newline + i for i, n in enumerate(NEWLINES)}
+    ids = {token: backend.token_to_id(token) for token in expected}
+    if ids != expected:
+        raise AssertionError(f"tiny tokenizer: special ids {ids}")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                              "image_token": "<image_soft_token>"})
+
+
+def tiny_processor() -> Gemma3Processor:
+    """The real processor files (SigLIP's 0.5 mean and std, bilinear resize, no pan-and-scan) at 64 px."""
+    size = VISION["image_size"]
+    image_processor = Gemma3ImageProcessor(size={"height": size, "width": size}, image_mean=[0.5] * 3,
+                                           image_std=[0.5] * 3, resample=2)
+    return Gemma3Processor(image_processor=image_processor, tokenizer=tiny_gemma_tokenizer(),
+                           chat_template=CHAT_TEMPLATE, image_seq_length=TOKENS_PER_IMAGE)
+
+
+def write_tiny_gemma3_checkpoint(path: str | Path, seed: int = 0) -> Path:
+    """Write ``tiny_gemma3(seed)`` with its processor, tokenizer and generation config to ``path``; returns it."""
+    path = Path(path)
+    tiny_gemma3(seed).save_pretrained(path)
+    processor = tiny_processor()
+    processor.save_pretrained(path)  # transformers 5: processor_config.json, tokenizer, chat_template.jinja
+    processor.image_processor.save_pretrained(path)  # preprocessor_config.json, the file real checkpoints have
+    # The real file's shape: eos is <eos> then <end_of_turn>.
+    eos, end_of_turn = TEXT_SPECIALS["<eos>"], TEXT_SPECIALS["<end_of_turn>"]
+    GenerationConfig(bos_token_id=TEXT_SPECIALS["<bos>"], pad_token_id=TEXT_SPECIALS["<pad>"],
+                     eos_token_id=[eos, end_of_turn]).save_pretrained(path)
+    return path

@@ -1,0 +1,67 @@
+"""Run Gemma 3's or Qwen2.5-VL's vision tower, prefill of an image row and one decode step on a mock board (real ttnn
+validation), at the smallest dims that split over the board's chips: few layers, a tiny image.
+
+``python -m tests.models.image_text_on_mock BOARD FAMILY:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (FAMILY: ``gemma3`` or
+``qwen2.5-vl``; one board per process, see :mod:`tests.models.board_runs`). Prints one ``ok`` line per case with its
+output shapes.
+"""
+
+from typing import Any
+
+import torch
+
+from tests.models import board_runs, gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl
+from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
+
+MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 2, 32, 4, 2
+SHAPES = [(1, 1, gemma3.VOCAB), (MAX_BATCH, 1, gemma3.VOCAB)]  # prefill's and decode's logits (both vocabularies 512)
+# Each chip of an n300 one tile of the hidden widths (64), one 32-wide head of each tower and the text (2 heads, one
+# KV head: replicated on both chips); the vision MLPs 48 columns a chip (not whole tiles, as real towers' split).
+TEXT = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
+# Gemma 3: one sliding and one global layer; a 32 px image of 8 px patches pooled into 4 tokens.
+GEMMA3_TEXT = TEXT | dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+GEMMA3_VISION = dict(hidden_size=64, num_hidden_layers=1, intermediate_size=96, image_size=32)
+# Qwen2.5-VL: one window and one full-attention vision block; a 112 x 56 image (2 windows of 2 x 2 merge units).
+QWEN_TEXT = TEXT | dict(num_hidden_layers=1)
+QWEN_VISION = dict(depth=2, fullatt_block_indexes=[1], intermediate_size=96, out_hidden_size=64)
+
+
+def _gemma3() -> tuple[Any, Any, list[int], dict[str, Any]]:
+    hf = gemma3.tiny_gemma3(**GEMMA3_VISION, text=GEMMA3_TEXT, tokens_per_image=4)
+    processor = gemma3.image_processor(size=32)
+    pixel_values = list(processor(images=[gemma3.random_image(40, 30, seed=0)], return_tensors="pt")["pixel_values"]
+                        .split(1))
+    tokens = [5, 6, gemma3.START_OF_IMAGE] + [gemma3.IMAGE_TOKEN] * 4 + [gemma3.END_OF_IMAGE, 7]
+    return hf, Gemma3ForConditionalGeneration, tokens, dict(pixel_values=[pixel_values])
+
+
+def _qwen2_5_vl() -> tuple[Any, Any, list[int], dict[str, Any]]:
+    hf = qwen2_5_vl.tiny_qwen2_5_vl(**QWEN_VISION, text=QWEN_TEXT)
+    pixel_values, grids = qwen2_5_vl.processed([qwen2_5_vl.random_image(112, 56, seed=0)])
+    tokens = qwen2_5_vl.prompt([[5, 6], [7]], grids)
+    return hf, Qwen2_5_VLForConditionalGeneration, tokens, dict(pixel_values=[pixel_values], image_grid_thw=[grids])
+
+
+FAMILIES = {"gemma3": _gemma3, "qwen2.5-vl": _qwen2_5_vl}
+
+
+def run(device, family: str, data_parallel: int, optimizations: str) -> list[tuple[int, ...]]:
+    """Prefill one image row into slot 0 and decode one step of the padded batch; the logits' shapes."""
+    hf, generator_class, tokens, images = FAMILIES[family]()
+    model = generator_class.from_state_dict(hf.config, hf.state_dict(), device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
+                                            tt_data_parallel=data_parallel, optimizations=optimizations)
+    n_kv_heads, head_dim = model.models[0].kv_geometry
+    kv = model.allocate_kv_cache((NUM_BLOCKS, n_kv_heads, BLOCK, head_dim), torch.bfloat16, model.models[0].n_layers)
+    out = model.prefill_forward(tokens=torch.tensor([tokens]), page_table=torch.tensor([[2, 0]], dtype=torch.int32),
+                                kv_cache=kv, prompt_lens=[len(tokens)], start_pos=[0], empty_slots=[0], **images)
+    logits, deltas = out if family == "qwen2.5-vl" else (out, [0])
+    decoded = model.decode_forward(
+        tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([len(tokens), -1]),
+        page_table=torch.tensor([[2, 0], [0, 0]], dtype=torch.int32), kv_cache=kv,
+        rope_deltas_all_users=[int(deltas[0]), 0])  # (Gemma 3 takes and ignores it, as any unknown keyword)
+    return [tuple(logits.shape), tuple(decoded.shape)]
+
+
+if __name__ == "__main__":
+    board_runs.main(run)

@@ -1,0 +1,77 @@
+"""The contract plumbing shared by the generator classes of decoder-only image+text models (Gemma 3, Qwen2.5-VL):
+one :class:`~tt_models.tt.image_text.ImageTextModel` replica per submesh, the prompt's image tokens found by the
+config's ``image_token_id``, and decode as a text-only model runs it, through the replica's ``text`` decoder.
+Prefill, where the families differ (images, masks, M-RoPE positions), is each family's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tt_models.runtime import ttnn, use
+from tt_models.tt.decode_inputs import HostInputs
+from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.image_text import ImageTextModel
+
+
+def table_rows(is_image: torch.Tensor) -> torch.Tensor:
+    """Each prompt position's row of its request's image table (images in prompt order), -1 for text."""
+    rows = torch.full(is_image.shape, -1, dtype=torch.int64)
+    rows[is_image] = torch.arange(int(is_image.sum()))
+    return rows
+
+
+class ImageTextGenerator(Generator):
+    # The replica class: ``model_class(hf_config, state, device, *, max_batch_size, max_seq_len, optimizations)``.
+    model_class: type[ImageTextModel]
+    models: list[ImageTextModel]
+
+    @classmethod
+    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
+                        max_seq_len: int = 4096, tt_data_parallel: int = 1,
+                        optimizations: str | None = None) -> "ImageTextGenerator":
+        generator = cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users:
+                                       cls.model_class(hf_config, state, device, max_batch_size=users,
+                                                       max_seq_len=max_seq_len, optimizations=optimizations))
+        generator.image_token_id = hf_config.image_token_id
+        return generator
+
+    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
+                       enable_trace: bool = False, read_from_device: bool = True, sampling_params: Any = None,
+                       prompt_tokens: Any = None, output_tokens: Any = None, **kwargs: Any) -> Any:
+        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens ``[B]`` with
+        ``sampling_params``)."""
+        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        page_table = as_torch(page_table, torch.int32)
+        self.check_decode_batch(tokens, positions, page_table)
+        inputs = []
+        for replica, model in enumerate(self.models):
+            rows = self.replica_rows(replica)
+            with use(self.devices[replica]):
+                inputs.append(self.decode_inputs(model, rows, tokens[rows], positions[rows], page_table[rows]))
+
+        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
+            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
+
+        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
+                               read_from_device=read_from_device, sampling_params=sampling_params,
+                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+
+    def decode_inputs(self, model: ImageTextModel, rows: slice, tokens: torch.Tensor, positions: torch.Tensor,
+                      page_table: torch.Tensor) -> HostInputs:
+        """The host decode inputs of one replica, whose batch slots are ``rows``."""
+        return model.text.decode_inputs(tokens, positions, page_table)
+
+    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
+                             **kwargs: Any) -> None:
+        """Compile the vision tower (a blank image) and the text prefill; the page table is all ``-1``, so nothing
+        is written to the cache."""
+        if kv_cache is None:
+            return
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            block_size = kv_cache[replica][0][0].shape[2]
+            with use(device):
+                ttnn.deallocate(model.image_tokens(*model.blank_image()))
+                model.text.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
+                                   torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])
