@@ -12,7 +12,8 @@ After every run every block is free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from tt_models.engine.sampling import SamplingParams
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 16
 WHISPER_TOKENS = 40
+MODELS = ("llama", "bart", "whisper", "mllama")
 NEAR_TIE = 0.1  # largest logprob margin at which batching may flip a greedy token
 # Greedy tokens identical to HF generate where a request falls short of all of them, as measured, one fewer as the
 # first difference is a near-tie (HF's top-2 logit margin there in parentheses). Every other greedy request matches
@@ -161,12 +163,32 @@ def mllama_case(tmp_path) -> Case:
     return Case(checkpoint, requests, hf_top5, max_model_len=128, small_pool=9)
 
 
-@pytest.fixture(scope="module", params=["llama", "bart", "whisper", "mllama"])
-def case(request, tmp_path_factory):
-    if request.param == "whisper":
-        return whisper_case()
-    return {"llama": llama_case, "bart": bart_case, "mllama": mllama_case}[request.param](
-        tmp_path_factory.mktemp(request.param))
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Callable[[str], tuple[Case, dict]]:
+    """Each model's case and its solo outputs, made the first time a test of this module asks for that model and
+    kept for the others (the tests take the models in different combinations: pytest's grouping by a fixture's
+    parameter would build some twice)."""
+    made: dict[str, tuple[Case, dict]] = {}
+
+    def get(model: str) -> tuple[Case, dict]:
+        if model not in made:
+            case = whisper_case() if model == "whisper" else {"llama": llama_case, "bart": bart_case,
+                                                              "mllama": mllama_case}[model](
+                tmp_path_factory.mktemp(model))
+            made[model] = case, _solo(case)
+        return made[model]
+
+    return get
+
+
+@pytest.fixture
+def case(model, built) -> Case:
+    return built(model)[0]
+
+
+@pytest.fixture
+def solo(model, built) -> dict:
+    return built(model)[1]
 
 
 def _engine(case: Case, mesh_shape: tuple[int, int] | None = None, **config) -> LLMEngine:
@@ -191,8 +213,8 @@ def _run(engine: LLMEngine, requests, arrive_every: int = 0) -> dict:
     return outputs
 
 
-@pytest.fixture(scope="module")
-def solo(case):
+def _solo(case: Case) -> dict:
+    """Outputs by request id, each request run alone."""
     engine = _engine(case)
     outputs = {}
     for request in case.requests:
@@ -220,14 +242,21 @@ def _compare_with_solo(name: str, outputs: dict, solo: dict, same_draws: bool = 
             assert got.token_ids[k] in top and margin < NEAR_TIE, f"{request_id}: not a near-tie at token {k}"
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("run", ["together-chunked", "over-time-unchunked", "small-pool", "async-decode"])
-def test_batched_runs_equal_solo_runs(case, solo, run):
+def test_batched_runs_equal_solo_runs(model, case, solo, run):
     if run == "together-chunked":
         engine = _engine(case, max_num_batched_tokens=48)
         outputs = _run(engine, case.requests)
     elif run == "async-decode":  # each decode step issued before the previous step's tokens are detokenized
-        engine = _engine(case, async_decode=True, num_kv_blocks=case.small_pool)
-        outputs = _run(engine, case.requests, arrive_every=1)
+        # Greedy steps sampled on the device, steady ones feeding their tokens back there (``reset_batch=False``):
+        # greedy requests without logprobs (the solo runs' give the near-tie margins), the n = 2 one first, so that
+        # the steps after it ends are all greedy.
+        engine = _engine(case, async_decode=True, num_kv_blocks=case.small_pool, sample_on_device=True)
+        requests = sorted(((r, p, replace(s, logprobs=None)) for r, p, s in case.requests), key=lambda r: r[2].n == 1)
+        outputs = _run(engine, requests, arrive_every=1)
+        # (Whisper's decoding rules, suppressed tokens and timestamps, keep its steps on the host.)
+        assert (engine.runner.model.feedback.steps > 0) == (model != "whisper")
     elif run == "over-time-unchunked":
         engine = _engine(case, enable_chunked_prefill=False)
         outputs = _run(engine, case.requests, arrive_every=2)
@@ -243,7 +272,13 @@ def test_batched_runs_equal_solo_runs(case, solo, run):
     _compare_with_solo(run, outputs, solo)
 
 
-@pytest.mark.parametrize("replicas", [2, 4])
+# Whisper (real weights: the costly case) runs each engine feature once: 2 replicas here, and tensor parallelism
+# below as two tensor-parallel replicas, which is both at once. The other models run every combination.
+DATA_PARALLEL_RUNS = [(m, r) for m in MODELS for r in (2, 4) if (m, r) != ("whisper", 4)]
+TENSOR_PARALLEL_RUNS = [(m, d) for m in MODELS for d in (1, 2) if (m, d) != ("whisper", 1)]
+
+
+@pytest.mark.parametrize(("model", "replicas"), DATA_PARALLEL_RUNS)
 def test_data_parallel_replicas_equal_one_replica(case, solo, replicas):
     """Replicas on a host mesh of as many devices, each with its own pool (the small one: preemption happens per
     replica) and ``8 / replicas`` slots."""
@@ -260,7 +295,7 @@ TP_MESHES = {"llama": ((1, 4), (1, 8)), "bart": ((1, 4), (1, 8)), "whisper": ((1
              "mllama": ((1, 2), (1, 4))}
 
 
-@pytest.mark.parametrize("data_parallel", [1, 2])
+@pytest.mark.parametrize(("model", "data_parallel"), TENSOR_PARALLEL_RUNS)
 def test_tensor_parallel_replicas_equal_one_chip(case, solo, data_parallel):
     """A mixed workload on tensor-parallel replicas: chunked prefill under a small budget in a pool small enough to
     preempt (by recompute, and by swap for the n = 2 request), one more request aborted mid-run; the one-chip
@@ -285,6 +320,7 @@ def test_tensor_parallel_replicas_equal_one_chip(case, solo, data_parallel):
     _compare_with_solo(f"{chips}-chip replicas", outputs, solo, same_draws=same_draws)
 
 
+@pytest.mark.parametrize("model", MODELS)
 def test_greedy_agrees_with_hf_generate(case, solo):
     for request_id, (hf_tokens, hf_top5) in case.hf_top5.items():
         ours = solo[request_id].outputs[0]
