@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 ADMIN_PASSWORD, ENCODER, ENCODER_PASSWORD = "epd-admin-Pw-41c7", "encoder", "epd-encoder-Pw-93be"
 
-CLIPS = speech_clips()[:8]  # the whole call and its first 7 segments
+CLIPS = speech_clips()[:5]  # the whole call and its first 4 segments
 PROMPTS = bart_prompts(32 - len(CLIPS))  # 32 requests at once: twice an instance's max_num_seqs
 
 
