@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import transformers
@@ -30,21 +31,20 @@ from huggingface_hub import snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from transformers import (
     AutoConfig,
-    AutoImageProcessor,
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
     AutoModelForSeq2SeqLM,
     AutoModelForSpeechSeq2Seq,
     AutoTokenizer,
-    BaseImageProcessor,
     GenerationConfig,
     GgufConfig,
     PretrainedConfig,
     PreTrainedTokenizerBase,
-    ProcessorMixin,
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
-from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
+
+if TYPE_CHECKING:
+    from transformers import BaseImageProcessor, ProcessorMixin
 
 from tt_models.checkpoints.smollm2 import smollm2_135m_instruct_path
 from tt_models.checkpoints.whisper_ct2 import (
@@ -65,13 +65,6 @@ ALIASES: dict[str, Callable[[], Path]] = {
 """Short names (matched case-insensitively) for checkpoints installed as Python packages."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-IMAGE_PROCESSORS: dict[str, type[BaseImageProcessor] | type[AutoImageProcessor]] = {
-    "mllama": MllamaImageProcessorPil, "qwen2_5_vl": AutoImageProcessor, "gemma3": AutoImageProcessor}
-"""Image processors read from a directory's ``preprocessor_config.json``, by model type. Mllama's: the pillow
-backend. Qwen2.5-VL's and Gemma 3's: HF's default backend, torchvision's where installed (the one vLLM's processor
-uses, whose resize differs from pillow's by a few levels), else pillow's."""
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """A loaded checkpoint: ``state_dict`` uses the names of the HF class in transformers 5
@@ -155,9 +148,18 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
 
 
 def _image_processor(directory: Path, config: PretrainedConfig) -> BaseImageProcessor | None:
-    processor_class = IMAGE_PROCESSORS.get(config.model_type)
-    if processor_class is None or not (directory / "preprocessor_config.json").is_file():
+    """The image processor of a directory with a ``preprocessor_config.json``, by model type. Mllama's: the pillow
+    backend. Qwen2.5-VL's and Gemma 3's: HF's default backend, torchvision's where installed (the one vLLM's
+    processor uses, whose resize differs from pillow's by a few levels), else pillow's. Imported here, when a
+    directory needs one: transformers' image processing imports torchvision, and torch's compiler with it (2 s of
+    every start of a process that serves no images)."""
+    if config.model_type not in ("mllama", "qwen2_5_vl", "gemma3") or \
+            not (directory / "preprocessor_config.json").is_file():
         return None
+    from transformers import AutoImageProcessor
+    from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
+
+    processor_class = MllamaImageProcessorPil if config.model_type == "mllama" else AutoImageProcessor
     return processor_class.from_pretrained(directory, local_files_only=True)
 
 

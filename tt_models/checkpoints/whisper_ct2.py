@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import torch
@@ -37,12 +37,14 @@ from transformers import (
     GenerationConfig,
     WhisperConfig,
     WhisperFeatureExtractor,
-    WhisperProcessor,
     WhisperTokenizer,
 )
 
 from tt_models.checkpoints.whisper_generation import MULTILINGUAL_VOCAB_SIZE, whisper_generation_values
 from tt_models.package_data import package_locations, pip_install
+
+if TYPE_CHECKING:
+    from transformers import WhisperProcessor
 
 SUPPORTED_BINARY_VERSIONS = range(4, 7)
 SPEC_NAME = "WhisperSpec"
@@ -456,6 +458,10 @@ def load_ct2_whisper(directory: Path, dtype: torch.dtype = torch.float32) -> CT2
         suppress_tokens=generation_config.suppress_tokens,
         begin_suppress_tokens=generation_config.begin_suppress_tokens,
     )
+    # Imported here: transformers' processors import its image processing, torchvision and torch's compiler with
+    # it (2 s of the start of every process, speech or not, that imports the checkpoint loader).
+    from transformers import WhisperProcessor
+
     feature_extractor = WhisperFeatureExtractor(feature_size=dims["num_mel_bins"])
     processor = WhisperProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer)
     return CT2Whisper(config, whisper_state_dict(model, dtype), tokenizer, processor, generation_config)
