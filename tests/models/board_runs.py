@@ -37,10 +37,16 @@ def main(run_case: Callable[[Any, str, int, str], list[tuple[int, ...]]]) -> Non
         close_device(device)
 
 
-def cases(model: str) -> list[str]:
+# The costly boards' runs: each runs both profiles and both data-parallel widths, each pair of the two once over the
+# two boards (a Latin square); the n150 tests run every profile on one chip.
+SQUARE = {"n300": [(1, "accuracy"), (2, "performance")], "t3k": [(1, "performance"), (2, "accuracy")]}
+
+
+def cases(model: str, board: str | None = None) -> list[str]:
     """``model`` as one replica tensor-parallel over the whole mesh and as two replicas over its halves
-    (tt_data_parallel=2), in both profiles."""
-    return [f"{model}:{data_parallel}:{profile}" for data_parallel in (1, 2) for profile in PROFILES]
+    (tt_data_parallel=2): in both profiles, or (``board``) in that board's half of :data:`SQUARE`."""
+    pairs = SQUARE[board] if board else [(data_parallel, profile) for data_parallel in (1, 2) for profile in PROFILES]
+    return [f"{model}:{data_parallel}:{profile}" for data_parallel, profile in pairs]
 
 
 def run_on_board(runner: str, board: str, cases: list[str]) -> str:

@@ -59,7 +59,7 @@ def test_n150_while_a_host_device_is_open(mock_device, checkpoint):
 def test_tensor_parallel_on_a_mesh(checkpoint, board, config):
     """A 1x2 (n300) or 1x8 (T3K) mesh: one replica tensor-parallel over every chip, or two (tt_data_parallel=2) each
     over half of them (a T3K's two 1x4 groups: its 2 KV heads are replicated on 2 chips each, on 4 chips with dp 1)."""
-    cases = board_runs.cases(checkpoint(config))
+    cases = board_runs.cases(checkpoint(config), board)
     stdout = board_runs.run_on_board("tests.models.llama_on_mock", board, cases)
     for case in cases:
         assert f"ok {case} {SHAPES}" in stdout

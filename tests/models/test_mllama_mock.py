@@ -22,7 +22,7 @@ def test_n150(mock_device, profile):
 def test_tensor_parallel_on_a_mesh(board, config):
     """A 1x2 (n300) or 1x8 (T3K) mesh: one replica (both towers) tensor-parallel over every chip, or two
     (tt_data_parallel=2) each over half of them (a T3K's two 1x4 groups)."""
-    cases = board_runs.cases(config)
+    cases = board_runs.cases(config, board)
     stdout = board_runs.run_on_board("tests.models.mllama_on_mock", board, cases)
     for case in cases:
         assert f"ok {case} {EXPECTED}" in stdout

@@ -25,7 +25,7 @@ def test_encoder_prefill_and_decode_on_mock(mock_device, name, optimizations):
 def test_tensor_parallel_on_a_mesh(board, names):
     """A 1x2 (n300) or 1x8 (T3K) mesh: one replica tensor-parallel over every chip, or two (tt_data_parallel=2) each
     over half of them (a T3K's two 1x4 groups)."""
-    cases = {name: board_runs.cases(name) for name in names}
+    cases = {name: board_runs.cases(name, board) for name in names}
     stdout = board_runs.run_on_board("tests.models.seq2seq_on_mock", board,
                                      [case for runs in cases.values() for case in runs])
     for name, runs in cases.items():
