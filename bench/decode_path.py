@@ -13,6 +13,9 @@ Then the DRAM bytes a decode step reads (every weight at its stored dtype, and t
 at its default precision and for Llama 3.1 8B's dims at the performance profile, beside TT's published figures
 for Llama 3.1 8B at batch 32 (tt-metal demos, sequence length 128).
 
+Device-side token feedback (:mod:`decode_feedback`): per family, the host time between two decode enqueues with
+TT vLLM's async decode feeding the sampled tokens back on the device (``reset_batch=False``) and without it.
+
 Tensor parallelism: the collectives of one decode step of a tiny Llama split over a 1x8 host mesh, counted per layer
 (calls, and bytes each chip receives over ethernet: ``(N - 1) / N`` of a gathered or reduced ``[32, dim]``), checked
 against the formula, then the bound of a Llama 3.1 70B decode step on a T3K: per chip, its DRAM bytes
@@ -38,6 +41,7 @@ import torch
 from transformers import LlamaConfig
 from transformers import LlamaForCausalLM as LlamaForCausalLMReference
 
+import decode_feedback
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.runtime import api_for, close_device, open_device
@@ -249,6 +253,7 @@ def main() -> None:
               f"{counts['to device'] / 1e3:8.1f} kB | to host {counts['to host'] / 1e3:8.1f} kB | host inputs "
               f"{inputs:6.2f} ms | read back {read:6.2f} ms")
     model.release_traces()
+    decode_feedback.report(device, max(args.steps, 20))
     close_device(device)
     llama_8b = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                            num_key_value_heads=8, vocab_size=128256)

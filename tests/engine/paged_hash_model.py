@@ -9,6 +9,10 @@ the next token, so outputs equal to each request's solo run mean the engine's bo
 
 Logits have two equal maxima (greedy takes the lower id; seeded random sampling picks either), so the
 sequences of an ``n > 1`` request diverge.
+
+:class:`FeedbackHashModel` also samples greedily "on the device" and, like a TT model under async decode, takes each
+row's token and position from its own previous step when told ``reset_batch=False``: an engine that says so when a
+row changed (joined, left, was preempted) changes the outputs.
 """
 
 from __future__ import annotations
@@ -126,6 +130,29 @@ class PagedHashModel:
 
     def write_kv_blocks(self, kv_cache: Any, block_ids: Any, data: list[torch.Tensor], replicas: Any = None) -> None:
         self.cache[list(block_ids)] = data[0][0, 0].numpy()
+
+
+class FeedbackHashModel(PagedHashModel):
+    model_capabilities = {"supports_sample_on_device": True, "supports_async_decode": True}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fed: tuple[torch.Tensor, torch.Tensor] | None = None  # the last device-sampled step's tokens, positions
+        self.fed_steps = 0
+
+    def decode_forward(self, *, tokens: torch.Tensor, start_pos: torch.Tensor, sampling_params: Any = None,
+                       reset_batch: bool | None = None, **kwargs: Any) -> torch.Tensor:
+        if sampling_params is not None and reset_batch is False:
+            tokens, positions = self.fed
+            start_pos = torch.where(positions >= 0, positions + 1, positions)
+            self.fed_steps += 1
+        logits = super().decode_forward(tokens=tokens, start_pos=start_pos, **kwargs)
+        if sampling_params is None:
+            self.fed = None
+            return logits
+        sampled = logits[:, 0].argmax(-1)
+        self.fed = sampled[:, None], torch.as_tensor(start_pos)
+        return sampled
 
 
 def checkpoint(encoder_decoder: bool) -> Checkpoint:

@@ -16,14 +16,15 @@ from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.sampling import SamplingParams
 
-from .paged_hash_model import VOCAB, PagedHashModel, checkpoint
+from .paged_hash_model import VOCAB, FeedbackHashModel, PagedHashModel, checkpoint
 
 BLOCK = 32
 
 
 def make_engine(encoder_decoder: bool = False, **config) -> LLMEngine:
     config = EngineConfig(**{"max_num_seqs": 8, "block_size": BLOCK, "max_model_len": 256, **config})
-    model = PagedHashModel(config.max_num_seqs, encoder_decoder, max_cross_attn_tokens=256)
+    cls = FeedbackHashModel if config.sample_on_device else PagedHashModel
+    model = cls(config.max_num_seqs, encoder_decoder, max_cross_attn_tokens=256)
     return LLMEngine(checkpoint(encoder_decoder), config, backend="host", generator=model)
 
 
@@ -75,6 +76,9 @@ def workload(encoder_decoder: bool, lengths: list[tuple[int, int, int, int]],
 
 
 MIXED = [(5, 20, 150, 1), (70, 3, 12, 1), (33, 64, 100, 2), (1, 100, 120, 1), (64, 9, 35, 3), (2, 33, 150, 1)]
+# Async decode sampled on the device: steady steps feed the sampled tokens back "on the device" (reset_batch=False).
+DECODE_MODES = {"sync": {}, "async": {"async_decode": True},
+                "async-fed": {"async_decode": True, "sample_on_device": True}}
 
 
 @pytest.mark.parametrize("encoder_decoder", [False, True], ids=["decoder-only", "encoder-decoder"])
@@ -86,12 +90,14 @@ MIXED = [(5, 20, 150, 1), (70, 3, 12, 1), (33, 64, 100, 2), (1, 100, 120, 1), (6
     dict(num_kv_blocks=16, preemption_mode="swap"),
     dict(num_kv_blocks=16, preemption_mode="recompute", max_num_seqs=6),
 ], ids=["roomy", "chunked-40", "unchunked", "small-pool", "small-pool-swap", "small-pool-recompute-6-slots"])
-@pytest.mark.parametrize("async_decode", [False, True], ids=["sync", "async"])
-def test_mixed_workload_equals_solo_runs(encoder_decoder, config, async_decode):
+@pytest.mark.parametrize("decode", DECODE_MODES.values(), ids=DECODE_MODES.keys())
+def test_mixed_workload_equals_solo_runs(encoder_decoder, config, decode):
     requests = workload(encoder_decoder, MIXED)
     expected = {r[0]: solo(encoder_decoder, r) for r in requests}
-    engine = make_engine(encoder_decoder, async_decode=async_decode, **config)
+    engine = make_engine(encoder_decoder, **decode, **config)
     assert run(engine, requests, arrivals=[0, 0, 3, 5, 5, 20]) == expected
+    if "sample_on_device" in decode:
+        assert engine.runner.model.fed_steps > 0
     if "num_kv_blocks" in config:
         assert engine.scheduler.num_preemptions > 0, "the small pool should force preemption"
     budget = config.get("max_num_batched_tokens")
@@ -163,11 +169,11 @@ def test_steps_are_all_prefill_or_all_decode():
     assert engine.stats["prefill_steps"] + engine.stats["decode_steps"] == len(engine.runner.model.calls)
 
 
-@pytest.mark.parametrize("async_decode", [False, True], ids=["sync", "async"])
-def test_abort_frees_blocks_everywhere(async_decode):
+@pytest.mark.parametrize("decode", DECODE_MODES.values(), ids=DECODE_MODES.keys())
+def test_abort_frees_blocks_everywhere(decode):
     """Aborted while waiting, running and swapped out: every block comes back."""
     engine = make_engine(num_kv_blocks=16, preemption_mode="swap", max_num_batched_tokens=32,
-                         async_decode=async_decode)
+                         **decode)
     requests = workload(False, [(40, 0, 200, 1), (40, 0, 200, 1), (90, 0, 150, 2), (10, 0, 200, 1), (10, 0, 200, 1),
                                 (5, 0, 10, 1)])
     for r in requests[:5]:
@@ -264,15 +270,15 @@ def test_allowed_and_logprob_token_ids_through_the_engine():
     mode=st.sampled_from([None, "recompute", "swap"]),
     max_num_seqs=st.integers(3, 8),
     stop=st.sampled_from([None, [5], [41, 60]]),
-    async_decode=st.booleans(),
+    decode=st.sampled_from(list(DECODE_MODES.values())),
 )
 def test_random_workloads_equal_solo_runs(encoder_decoder, lengths, arrivals, num_kv_blocks, budget, chunked, mode,
-                                          max_num_seqs, stop, async_decode):
-    """Solo runs are synchronous: with ``async_decode`` the outputs, stops included, are the same."""
+                                          max_num_seqs, stop, decode):
+    """Solo runs are synchronous: with ``async_decode`` (its tokens fed back on the device or not) the outputs, stops
+    included, are the same."""
     requests = workload(encoder_decoder, lengths, stop)
     config = dict(num_kv_blocks=num_kv_blocks, max_num_batched_tokens=budget if chunked else None,
-                  enable_chunked_prefill=chunked, preemption_mode=mode, max_num_seqs=max_num_seqs,
-                  async_decode=async_decode)
+                  enable_chunked_prefill=chunked, preemption_mode=mode, max_num_seqs=max_num_seqs, **decode)
     engine = make_engine(encoder_decoder, **config)
     fits = []
     for r in requests:  # requests that can never fit this pool are refused up front

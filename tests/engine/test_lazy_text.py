@@ -11,7 +11,7 @@ from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import ProcessedInputs
 from tt_models.engine.request import Request, Sequence
-from tt_models.engine.sampling import SamplingParams
+from tt_models.engine.sampling import SamplingParams, check_stop_tokens
 
 NEVER = "\x00never\x00"  # a stop string no output contains: it only makes the sequence detokenize every token
 
@@ -51,3 +51,22 @@ def test_lazy_text_equals_per_token_text(tokenizer, data, include_stop: bool, sk
     assert lazy.finish_reason == ("length" if ending == "length" else "stop")
     assert lazy.text == eager.text
     assert lazy.completion().text == eager.completion().text
+
+
+@settings(max_examples=200, deadline=None)
+@given(outputs=st.lists(st.integers(0, 5), min_size=1, max_size=12), stops=st.lists(st.integers(0, 5), max_size=3),
+       min_tokens=st.integers(0, 4), ignore_eos=st.booleans(), max_tokens=st.none() | st.integers(4, 12))
+def test_lazy_stop_checks_are_check_stop_tokens(outputs, stops, min_tokens, ignore_eos, max_tokens):
+    """The lazy path's token checks (inlined on what the sequence knows from the start) finish a sequence where
+    ``check_stop_tokens`` does, with its finish and stop reasons: eos (id 0 here) before ``stop_token_ids``, nothing
+    before ``min_tokens``, ``ignore_eos``."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=min_tokens, stop_token_ids=stops,
+                            ignore_eos=ignore_eos)
+    seq = sequence(None, [7], params, eos=0)
+    assert seq.lazy_text
+    for i, token in enumerate(outputs):
+        seq.append_token(token, None)
+        want = check_stop_tokens(outputs[: i + 1], seq.state.params, 0)
+        assert (seq.finish_reason, seq.stop_reason) == (want or (None, None))
+        if want is not None:
+            break

@@ -1,7 +1,8 @@
 """``sample_on_device``: decode steps of plain greedy sequences take the device's tokens (the generators' TT vLLM
 ``sampling_params`` path) instead of sampling the logits on the host. The tokens must be the host sampler's, with
-async decode and with data-parallel replicas too, on the real model classes (host backend, tiny random Llama and
-BART); a step with a sequence the device cannot sample (logprobs) samples on the host."""
+async decode (its steady steps feeding the sampled tokens back on the device) and with data-parallel replicas too, on
+the real model classes (host backend, tiny random Llama and BART); a step with a sequence the device cannot sample
+(logprobs) samples on the host."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ def model(request, tmp_path_factory):
     return load_hf_checkpoint(path), prompts
 
 
-def run(checkpoint, prompts, *, logprobs_for: int | None = None, **config) -> tuple[list[list[int]], int]:
-    """Greedy tokens per prompt, and how many decode steps the device sampled."""
+def run(checkpoint, prompts, *, logprobs_for: int | None = None, **config) -> tuple[list[list[int]], int, int]:
+    """Greedy tokens per prompt, how many decode steps the device sampled, and how many of those took the tokens it
+    sampled before (async decode's steady steps, ``reset_batch=False``)."""
     engine = LLMEngine(checkpoint, EngineConfig(max_num_seqs=4, block_size=32, max_model_len=128, **config),
                        backend="host", optimizations="accuracy")
     on_device = 0
@@ -51,25 +53,27 @@ def run(checkpoint, prompts, *, logprobs_for: int | None = None, **config) -> tu
         outputs.update({o.request_id: o.outputs[0].token_ids for o in engine.step() if o.finished})
     for kv in engine.scheduler.kvs:
         assert kv.num_free_blocks == kv.num_blocks
+    fed = engine.runner.model.feedback.steps
     engine.close()
-    return [outputs[str(i)] for i in range(len(prompts))], on_device
+    return [outputs[str(i)] for i in range(len(prompts))], on_device, fed
 
 
 @pytest.mark.parametrize("config", [{}, {"async_decode": True}, {"data_parallel_size": 2}],
                          ids=["sync", "async", "2-replicas"])
 def test_device_tokens_equal_host_sampling(model, config):
     checkpoint, prompts = model
-    host, host_steps = run(checkpoint, prompts, **config)
-    device, device_steps = run(checkpoint, prompts, sample_on_device=True, **config)
+    host, host_steps, _ = run(checkpoint, prompts, **config)
+    device, device_steps, fed = run(checkpoint, prompts, sample_on_device=True, **config)
     assert host_steps == 0 and device_steps >= TOKENS - 1
+    assert (fed >= TOKENS - 2) if config.get("async_decode") else fed == 0
     assert device == host
     assert all(len(tokens) == TOKENS for tokens in device)
 
 
 def test_a_step_with_logprobs_samples_on_the_host(model):
     checkpoint, prompts = model
-    host, _ = run(checkpoint, prompts, logprobs_for=1)
-    device, device_steps = run(checkpoint, prompts, logprobs_for=1, sample_on_device=True)
+    host, _, _ = run(checkpoint, prompts, logprobs_for=1)
+    device, device_steps, _ = run(checkpoint, prompts, logprobs_for=1, sample_on_device=True)
     assert device == host
     assert device_steps == 0  # request 1 (logprobs) decodes in every step, beside the others
 

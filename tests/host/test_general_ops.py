@@ -110,6 +110,16 @@ def test_concat(shape, dtype, dim, extra, seed):
     assert_matches(host.concat([a, b], dim), golden("concat")([held(a), held(b)], dim), dtype, exact=True)
 
 
+@pytest.mark.parametrize("dtype, layout", [(BF16, TILE), (host.uint32, RM)], ids=["bf16-tile", "uint32-rm"])
+def test_copy_writes_in_place(dtype, layout):
+    """``copy(a, b)`` writes a's values into b itself (a trace reading b sees them), as the golden's in-place mode
+    does; how decode feedback writes the sampled tokens into the token input."""
+    a, b = tt(torch.randint(0, 300, (1, 32)).float(), dtype, layout), tt(torch.zeros(1, 32), dtype, layout)
+    assert host.copy(a, b) is None
+    expected = golden("copy")(held(a), torch.zeros(1, 32), _ttnn_global_golden=True)
+    assert torch.equal(held(b), expected)
+
+
 @FEW
 @given(shape=shapes4, dtype=st.sampled_from([BF16, FP32]), data=st.data(), seed=seeds)
 def test_slice(shape, dtype, data, seed):
@@ -441,6 +451,7 @@ def _invalid_calls():
                               "in0_column_offset"),
         "sigmoid_vector_mode": (NotImplementedError, lambda: host.sigmoid(a, vector_mode=1), "vector_mode"),
         "embedding_3d_ids": (NotImplementedError, lambda: host.embedding(ids_3d, table), "shape"),
+        "copy_shapes": (RuntimeError, lambda: host.copy(a, tt(torch.zeros(1, 32))), "shapes"),
     }
 
 

@@ -51,6 +51,12 @@ def run(device, checkpoint: str, data_parallel: int, optimizations: str) -> list
         tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([41, -1, -1, 46]),
         page_table=torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]], dtype=torch.int32), kv_cache=kv,
         sampling_params=sampling, prompt_tokens=history, output_tokens=history, enable_trace=True)
+    # TT vLLM's steady async decode: the host's rows a step behind, the sampled tokens fed back on the device.
+    model.decode_forward(
+        tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([41, -1, -1, 46]),
+        page_table=torch.tensor([[3, 1, 0, 0], [0] * 4, [0] * 4, [4, 5, 6, 0]], dtype=torch.int32), kv_cache=kv,
+        sampling_params=sampling, prompt_tokens=history, output_tokens=history, enable_trace=True, reset_batch=False)
+    assert model.feedback.steps == 1 and model.feedback.positions.tolist() == [42, -1, -1, 47]
     first = model.prefill_forward(tokens=torch.randint(0, 100, (1, 20), dtype=torch.int32),
                                   page_table=torch.tensor([[7, 8, 0, 0]], dtype=torch.int32), kv_cache=kv,
                                   prompt_lens=np.array([20]), empty_slots=[1],

@@ -55,6 +55,7 @@ class VllmDriver:
         self.rng.shuffle(self.free_blocks)
         self.slots: list[Request | None] = [None] * max_batch_size
         self.stale_tokens = 1 + self.rng.randrange(100)
+        self.remap: torch.Tensor | None = None  # moves since the last decode (see move)
 
     def _grow(self, request: Request, length: int) -> None:
         while len(request.blocks) * self.block_size < length:
@@ -78,6 +79,16 @@ class VllmDriver:
         assert self.slots[slot] is None
         request.slot = slot
         self.slots[slot] = request
+
+    def move(self, request: Request, slot: int) -> None:
+        """Condense the batch as TT vLLM's input batch does: the request moves to a free slot, and the next decode's
+        ``slot_remap`` (row ``i`` takes slot ``remap[i]``'s state) says so."""
+        assert self.slots[slot] is None
+        if self.remap is None:
+            self.remap = torch.arange(self.max_batch_size, dtype=torch.int32)
+        self.remap[slot] = self.remap[request.slot]
+        self.slots[request.slot], self.slots[slot] = None, request
+        request.slot = slot
 
     def remove(self, request: Request) -> None:
         self.slots[request.slot] = None
@@ -130,8 +141,10 @@ class VllmDriver:
         assert out.shape[:2] == (len(requests), 1)
         return out[:, 0]
 
-    def decode(self) -> dict[int, torch.Tensor]:
-        """One decode step over every slot; logits per occupied slot."""
+    def decode(self, sampling_params=None, reset_batch: bool | None = None) -> dict[int, torch.Tensor]:
+        """One decode step over every slot; logits per occupied slot, or with ``sampling_params`` the tokens the
+        device sampled. ``reset_batch=False`` sends the rows as TT vLLM's async decode does in a steady batch: a
+        step behind (the previous token and position), which the model must not use."""
         tokens = torch.zeros(self.max_batch_size, 1, dtype=torch.int32)
         start_pos = torch.full((self.max_batch_size,), -1, dtype=torch.int32)
         page_table = torch.zeros(self.max_batch_size, self.width, dtype=torch.int32)
@@ -140,8 +153,9 @@ class VllmDriver:
         for slot, r in enumerate(self.slots):
             if r is not None:
                 self._grow(r, len(r.tokens))
-                tokens[slot, 0] = r.tokens[-1]
-                start_pos[slot] = len(r.tokens) - 1
+                lag = 1 if reset_batch is False else 0
+                tokens[slot, 0] = r.tokens[-1 - lag]
+                start_pos[slot] = len(r.tokens) - 1 - lag
                 page_table[slot] = torch.tensor(self._page_row(r))
                 if self.cross_width:
                     cross_table[slot] = torch.tensor(self._cross_row(r))
@@ -154,10 +168,14 @@ class VllmDriver:
         if self.mrope and self.joined:
             extra = dict(rope_deltas_all_users=[0 if r is None else r.rope_delta for r in self.slots])
             self.joined = False
+        if self.remap is not None:
+            extra["slot_remap"], self.remap = self.remap, None
         raw = self.model.decode_forward(tokens=tokens, start_pos=start_pos, page_table=page_table,
                                         kv_cache=self.kv_cache, enable_trace=self.enable_trace, read_from_device=False,
-                                        **extra)
-        out = self.model.process_decode_output_host(raw, is_tokens=False)
+                                        sampling_params=sampling_params, reset_batch=reset_batch, **extra)
+        out = self.model.process_decode_output_host(raw, is_tokens=sampling_params is not None)
+        if sampling_params is not None:
+            out = out.reshape(-1, 1)
         self.decode_steps += 1
         assert out.shape[:2] == (self.max_batch_size, 1)
         for r in self.slots:

@@ -240,16 +240,19 @@ class LLMEngine(RequestIntake[Request]):
             return []
         if model_rows is not None:
             rows = model_rows[rows].tolist()
-        if logits.dim() == 1:  # sampled on the device
-            tokens, logprobs = logits[rows].tolist(), [None] * len(seqs)
+        if logits.dim() == 1:  # sampled on the device (picked in Python: torch's indexing by a list costs 10x)
+            device_tokens = logits.tolist()
+            tokens, logprobs = [device_tokens[row] for row in rows], [None] * len(seqs)
         else:  # forks repeat a row; finished chunks, stopped sequences and other replicas' slots are rows left out
             sampled = self.sampler.sample(logits, [s.state for s in seqs],
                                           None if rows == self._identity[:len(logits)] else rows)
             tokens, logprobs = sampled.tokens.tolist(), sampled.logprobs
         now = time.monotonic()
         for seq, token in zip(seqs, tokens):
-            if not seq.output_token_ids and seq.request.metrics.first_token_time is None:
-                seq.request.metrics.first_token_time = now
+            if not seq.output_token_ids:
+                metrics = seq.request.metrics
+                if metrics.first_token_time is None:
+                    metrics.first_token_time = now
             seq.add_token(token)
         self.runner.append_tokens(seqs, tokens)
         return list(zip(seqs, tokens, logprobs))

@@ -99,6 +99,11 @@ class ModelRunner:
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
         self._row_order = np.arange(config.max_num_seqs)
         self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
+        # Async decode sampled on the device: the rows, sequences and positions of the next decode step if the batch
+        # stays as the last one left it; a step that matches runs with ``reset_batch=False`` (the generator feeds its
+        # sampled tokens back on the device, as under TT vLLM's async decode). A row joining, leaving or moving, a
+        # step sampled on the host or a prefill step resets it.
+        self._steady: tuple | None = None
         # TT vLLM's per-row sampling parameters for a step sampled greedily on the device.
         self._greedy = SimpleNamespace(temperature=[0.0] * config.max_num_seqs, top_k=[1] * config.max_num_seqs,
                                        top_p=[1.0] * config.max_num_seqs)
@@ -162,6 +167,7 @@ class ModelRunner:
         ``[len(out.scheduled), vocab]`` at each row's last token. (A decode step is :meth:`launch`, then
         :meth:`collect`.)"""
         step = self._prepare(out, kvs)
+        self._steady = None  # as TT vLLM resets after any prefill step
         encoder_inputs = None
         if self.uses_cross:
             encoder_inputs = [None if seq.request.encoder_cached else seq.request.inputs.encoder_input
@@ -183,6 +189,9 @@ class ModelRunner:
         kwargs = self.batch.decode_kwargs(step)
         if on_device:
             kwargs["sampling_params"] = self._greedy
+            if self.config.async_decode:
+                kwargs["reset_batch"] = _layout(step) != self._steady
+        self._steady = _layout(step, ahead=1) if on_device and self.config.async_decode else None
         if self.image_text:
             masks = [(None, None)] * self.config.max_num_seqs
             for seq, _ in out.scheduled:
@@ -273,3 +282,8 @@ class ModelRunner:
             host_blocks, device_blocks = zip(*mapping.items())
             data = torch.stack([self._host_kv.pop((replica, h)) for h in host_blocks], dim=2)
             self.model.write_kv_blocks(self.kv_cache, device_blocks, [data], replicas=[replica])
+
+
+def _layout(step: Any, ahead: int = 0) -> tuple:
+    """A decode step's rows, sequences and positions (``ahead`` steps later)."""
+    return tuple(step.req_ids), step.rows.tobytes(), (step.positions + ahead).tobytes()

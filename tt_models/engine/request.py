@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import ProcessedInputs
 from tt_models.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop, check_stop_tokens
+from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop
 from tt_models.engine.structured_output import Guide
 
 if TYPE_CHECKING:
@@ -50,6 +50,12 @@ class Sequence:
         # Without stop strings no step needs the text: the detokenizer catches up when an output is built
         # (every step for streamed outputs, once at the end for final ones), off the per-token path.
         self.lazy_text = not params.stop
+        # check_stop_tokens' terms: the tokens that stop it, each with its stop reason (eos's is None and wins)
+        self._stop_reasons: dict[int, int | None] = {t: t for t in params.stop_token_ids}
+        if request.eos_token_id is not None and not params.ignore_eos:
+            self._stop_reasons[request.eos_token_id] = None
+        self._min_tokens = params.min_tokens
+        self._max_tokens = float("inf") if params.max_tokens is None else params.max_tokens
         self._text = ""
         self.logprobs: list[dict[int, Logprob]] | None = [] if params.num_logprobs is not None else None
         self.cumulative_logprob = 0.0 if params.num_logprobs is not None else None
@@ -93,9 +99,13 @@ class Sequence:
             entry[token_id] = Logprob(logprobs.logprob, logprobs.rank, self.detokenizer.decode_token(token_id))
             self.logprobs.append(entry)
         if self.lazy_text:
-            stop = check_stop_tokens(self.output_token_ids, self.state.params, self.request.eos_token_id)
-            if stop is not None:
-                self.finish_reason, self.stop_reason = stop
+            # check_stop_tokens inline, on what the sequence knows from the start (every token, every step)
+            n = len(self.output_token_ids)
+            if n >= self._min_tokens:
+                if token_id in self._stop_reasons:
+                    self.finish_reason, self.stop_reason = "stop", self._stop_reasons[token_id]
+                elif n >= self._max_tokens:
+                    self.finish_reason = "length"
             return
         added = self.detokenizer.step(token_id)
         stop = check_stop(self.output_token_ids, self.detokenizer.text, self.state.params, self.request.eos_token_id,

@@ -155,6 +155,8 @@ class Scheduler:
     def _decoding(self, seqs: list[Sequence], copies: list[tuple[int, int] | None]) -> list[tuple[Sequence, int]]:
         """The sequences that decode now, their next token's slot appended: a sequence whose last block was shared
         (a copy-on-write) rebuilds its copy in a prefill next step instead."""
+        if not any(copies):  # the usual step: no copy-on-write
+            return [(seq, 1) for seq in seqs]
         scheduled = []
         for seq, copy in zip(seqs, copies):
             if copy is None:

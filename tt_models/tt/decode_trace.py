@@ -3,6 +3,7 @@
 One trace per (replica, key): the key holds the sampling mode and every input's shape, dtype and layout, so a
 change of page-table width or of sampling mode captures anew while changing values (tokens, positions, page
 tables, masks, sampling parameters) only reach the captured inputs by ``copy_host_to_device_tensor``.
+Prefill traces are kept the same way (a generator's ``prefill_traces``), captured at warm-up only.
 """
 
 from __future__ import annotations
@@ -30,23 +31,39 @@ class DecodeTraces:
     executions: int = 0  # execute_trace calls (the tests count one per replica and step)
 
     def run(self, replica: int, device: Any, mode: Hashable, inputs: HostInputs,
-            forward: Callable[[dict[str, Any]], Any]) -> Any:
+            forward: Callable[[dict[str, Any]], Any], feed: Callable[[dict[str, Any]], None] | None = None,
+            fed: frozenset[str] = frozenset()) -> Any:
         """``forward(device_inputs)`` through the replica's trace for this mode and these input shapes: captured
-        on first use (after a compile run), then replayed with the new inputs copied in."""
-        key = (replica, (mode, tuple(sorted((name, i.signature) for name, i in inputs.items()))))
+        on first use (after a compile run), then replayed with the new inputs copied in. ``feed(device_inputs)``
+        writes the inputs named ``fed`` on the device instead (:mod:`tt_models.tt.decode_feedback`)."""
+        key = self._key(replica, mode, inputs)
         captured = self.captures.get(key)
         if captured is None:
-            captured = self.captures[key] = self._capture(device, inputs, forward)
+            captured = self.captures[key] = self._capture(device, inputs, forward, feed)
         else:
             for name, host in inputs.items():
-                ttnn.copy_host_to_device_tensor(host.tensor, captured.inputs[name])
+                if name not in fed:
+                    ttnn.copy_host_to_device_tensor(host.tensor, captured.inputs[name])
+            if feed is not None:
+                feed(captured.inputs)
         ttnn.execute_trace(device, captured.trace_id, cq_id=0, blocking=False)
         self.executions += 1
         return captured.outputs
 
+    def captured(self, replica: int, mode: Hashable, inputs: HostInputs) -> bool:
+        """Whether :meth:`run` would replay (not capture) for these inputs."""
+        return self._key(replica, mode, inputs) in self.captures
+
     @staticmethod
-    def _capture(device: Any, inputs: HostInputs, forward: Callable[[dict[str, Any]], Any]) -> CapturedDecode:
+    def _key(replica: int, mode: Hashable, inputs: HostInputs) -> tuple[int, Hashable]:
+        return replica, (mode, tuple(sorted((name, i.signature) for name, i in inputs.items())))
+
+    @staticmethod
+    def _capture(device: Any, inputs: HostInputs, forward: Callable[[dict[str, Any]], Any],
+                 feed: Callable[[dict[str, Any]], None] | None) -> CapturedDecode:
         device_inputs = to_device(inputs, device)
+        if feed is not None:
+            feed(device_inputs)
         forward(device_inputs)  # compile run: every program exists before capture (its writes are replayed below)
         trace_id = ttnn.begin_trace_capture(device, cq_id=0)
         outputs = forward(device_inputs)

@@ -7,8 +7,11 @@ TT vLLM calls every method with keywords and keeps adding new ones, so each take
 Decode runs as tt_transformers' generator runs it: the family builds the step's host inputs
 (:mod:`tt_models.tt.decode_inputs`) and its device forward; with ``enable_trace`` the forward is captured once
 per replica, sampling mode and input shapes and replayed (:mod:`tt_models.tt.decode_trace`), else it runs
-eagerly on fresh device tensors. With ``sampling_params`` (TT vLLM's ``TTSamplingParams``) the device samples
-(:mod:`tt_models.tt.sampling`) and tokens, not logits, come back.
+eagerly on fresh device tensors. A family's prefill can do the same per row (:meth:`Generator.run_prefill`), from
+traces captured at warm-up only. With ``sampling_params`` (TT vLLM's ``TTSamplingParams``) the device samples
+(:mod:`tt_models.tt.sampling`) and tokens, not logits, come back; with ``reset_batch=False`` besides, the step feeds
+itself the previous step's sampled tokens and positions (:mod:`tt_models.tt.decode_feedback`), so TT vLLM's async
+decode can enqueue it before reading the previous one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.runtime import backend_of, ttnn, use
+from tt_models.tt.decode_feedback import FED, DecodeFeedback
 from tt_models.tt.decode_inputs import HostInputs, to_device
 from tt_models.tt.decode_trace import DecodeTraces
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
@@ -41,6 +45,8 @@ def as_torch(values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
 
 class Generator(VllmModelInterface):
     model_capabilities: dict[str, Any] = {}
+    # The longest prefill a warm-up with enable_trace captures (prefill_trace_lengths); None: the backend's default.
+    max_prefill_trace_len: int | None = None
 
     def __init__(self, models: list[Any], devices: list[Any], max_batch_size: int) -> None:
         """``models``: one replica per device, each with ``n_layers``, ``precision`` and ``kv_geometry``
@@ -51,15 +57,19 @@ class Generator(VllmModelInterface):
         self.users_per_replica = max_batch_size // len(models)
         self.mesh_device: Any = None  # the opened device the replicas' submeshes were split from (build_replicas)
         self.traces = DecodeTraces()
+        self.prefill_traces = DecodeTraces()
         self.samplers = [TTSampling(device) for device in devices]
         self.sampling_rng = random.Random()  # seeds of unseeded requests
+        self.feedback = DecodeFeedback(len(models))
         # Teardown: the traces are released when the generator is collected or, at the latest, at exit
         # (while the modules release_trace needs are still alive).
         weakref.finalize(self, self.traces.release)
+        weakref.finalize(self, self.prefill_traces.release)
 
     def release_traces(self) -> None:
-        """Release every captured decode trace."""
+        """Release every captured decode and prefill trace."""
         self.traces.release()
+        self.prefill_traces.release()
 
     @classmethod
     def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int = 4096,
@@ -179,6 +189,39 @@ class Generator(VllmModelInterface):
             rows.append((start, end, self.replica_of_slot(slot)))
         return tokens, rows
 
+    def prefill_trace_lengths(self, max_seq_len: int) -> list[int]:
+        """The prefill lengths a warm-up with ``enable_trace`` captures: tt_transformers' traced prefill lengths (128,
+        256, ...) up to ``max_seq_len`` and ``max_prefill_trace_len``, by default 512 on a TT device and none on the
+        host backend and the mock device. Capped because each capture holds a trace and its activations in device
+        memory; none by default on the host because a host replay is no faster than eager prefill while each capture
+        costs three forwards at warm-up (SmolLM2 at 128, 256 and 512 tokens: 10 s), and on the mock because it
+        cannot capture."""
+        cap = self.max_prefill_trace_len
+        if cap is None:
+            cap = 512 if self.replica_backend(self.devices[0]) == "ttnn" else 0
+        lengths, length = [], 128
+        while length <= min(cap, max_seq_len):
+            lengths.append(length)
+            length *= 2
+        return lengths
+
+    def run_prefill(self, replica: int, inputs: HostInputs, forward: Callable[[dict[str, Any]], Any], *,
+                    mode: Any, traced: bool) -> Any:
+        """``forward(device_inputs)`` of one prefill row: replayed from the trace warm-up captured for these input
+        shapes and ``mode`` when ``traced`` and there is one, else eagerly (a prefill is never captured while
+        serving: that can corrupt live traces)."""
+        device = self.devices[replica]
+        if traced and self.prefill_traces.captured(replica, mode, inputs):
+            return self.prefill_traces.run(replica, device, mode, inputs, forward)
+        return forward(to_device(inputs, device))
+
+    def capture_prefill(self, replica: int, inputs: HostInputs, forward: Callable[[dict[str, Any]], Any], *,
+                        mode: Any) -> None:
+        """Capture :meth:`run_prefill`'s trace for these input shapes and ``mode`` (warm-up only; not on the mock
+        device, whose trace capture crashes)."""
+        if self.replica_backend(self.devices[replica]) != "mock":
+            self.prefill_traces.run(replica, self.devices[replica], mode, inputs, forward)
+
     def warmup_model_decode(self, kv_cache: Any = None, enable_trace: bool = False, max_batch_size: int | None = None,
                             num_blocks: int | None = None, can_sample_on_device: bool = False, **kwargs: Any) -> None:
         """Compile the decode path through ``decode_forward`` with every row a padding row (``start_pos = -1``: no
@@ -214,12 +257,20 @@ class Generator(VllmModelInterface):
                 raise ValueError(f"decode batch {t.shape[0]} != max_batch_size {self.max_batch_size}: "
                                  f"TT vLLM pads decode to max_num_seqs")
 
+    def decode_positions(self, start_pos: Any, sampling_params: Any = None,
+                         reset_batch: bool | None = None) -> torch.Tensor:
+        """The positions a decode step runs at: ``start_pos``, or with device sampling and ``reset_batch=False`` the
+        previous step's plus one (the host's lag a step behind; :meth:`run_decode` then feeds the sampled tokens)."""
+        return self.feedback.positions_of(as_torch(start_pos), sampling_params, reset_batch)
+
     def run_decode(self, inputs: list[HostInputs], forward: Callable[[int, dict[str, Any]], Any], *,
                    positions: torch.Tensor, enable_trace: bool, read_from_device: bool, sampling_params: Any = None,
                    prompt_tokens: Any = None, output_tokens: Any = None) -> Any:
         """Run each replica's ``forward(replica, device_inputs) -> logits`` on its host ``inputs``, sampling on
-        the device when ``sampling_params`` is given; traced with ``enable_trace``."""
+        the device when ``sampling_params`` is given; traced with ``enable_trace``. ``positions`` come from
+        :meth:`decode_positions`, which decides whether the tokens are fed back on the device."""
         outputs = []
+        fed = self.feedback.active
         for replica, device in enumerate(self.devices):
             rows = self.replica_rows(replica)
             host, mode = dict(inputs[replica]), None
@@ -242,9 +293,17 @@ class Generator(VllmModelInterface):
 
             # The mock device cannot capture traces (tt-metal dereferences a mocked buffer): it runs eagerly.
             traced = enable_trace and self.replica_backend(device) != "mock"
+            feed = (lambda device_inputs, replica=replica: self.feedback.feed(replica, device_inputs)) if fed else None
             with use(device):
-                outputs.append(self.traces.run(replica, device, mode, host, step) if traced
-                               else step(to_device(host, device)))
+                if traced:
+                    outputs.append(self.traces.run(replica, device, mode, host, step, feed,
+                                                   frozenset({FED}) if fed else frozenset()))
+                else:
+                    device_inputs = to_device(host, device)
+                    if feed is not None:
+                        feed(device_inputs)
+                    outputs.append(step(device_inputs))
+        self.feedback.record(outputs, sampled=sampling_params is not None)
         return self.process_decode_output_host(outputs) if read_from_device else outputs
 
     def sample_prefill(self, logits: list[Any], rows: list[tuple[int, int, int]], tokens: torch.Tensor,

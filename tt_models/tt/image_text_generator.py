@@ -39,10 +39,12 @@ class ImageTextGenerator(Generator):
 
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
                        enable_trace: bool = False, read_from_device: bool = True, sampling_params: Any = None,
-                       prompt_tokens: Any = None, output_tokens: Any = None, **kwargs: Any) -> Any:
+                       prompt_tokens: Any = None, output_tokens: Any = None, reset_batch: bool | None = None,
+                       **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens ``[B]`` with
         ``sampling_params``)."""
-        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        tokens = as_torch(tokens).reshape(-1)
+        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
         page_table = as_torch(page_table, torch.int32)
         self.check_decode_batch(tokens, positions, page_table)
         inputs = []

@@ -69,16 +69,28 @@ def last_token_logits(x: Any, chunk: PrefillChunk, norm: Any | None, lm_head: LM
     """Logits of a prefill chunk's last position: the final norm (if any) and LM head run on the one tile
     holding it. Host ``[V]``, or with ``on_device`` the device row ``[1, 1, 1, V]`` (for device sampling; gathered
     over a mesh)."""
-    last = chunk.end - 1 - chunk.start
-    tile = last // TILE * TILE
+    return last_row_logits(last_tile_logits(x, chunk, norm, lm_head, device, on_device), chunk, lm_head, device,
+                           on_device)
+
+
+def last_tile_logits(x: Any, chunk: PrefillChunk, norm: Any | None, lm_head: LMHead, device: Any,
+                     on_device: bool = False) -> Any:
+    """Device ops only (traceable): the device logits ``[1, 1, 32, V]`` of the tile holding the chunk's last
+    position, gathered over a mesh with ``on_device``."""
+    tile = (chunk.end - 1 - chunk.start) // TILE * TILE
     x = gather(x, device) if norm is None else norm.forward(x)  # the head reads whole rows
     x = ttnn.slice(x, (0, 0, tile, 0), (1, 1, tile + TILE, x.shape[-1]))
     logits = lm_head.forward(x)
+    return gather_logits(logits, device, lm_head.vocab_size) if on_device else logits
+
+
+def last_row_logits(logits: Any, chunk: PrefillChunk, lm_head: LMHead, device: Any, on_device: bool = False) -> Any:
+    """The chunk's last position's row of :func:`last_tile_logits`: host ``[V]``, or the device row
+    ``[1, 1, 1, V]`` with ``on_device``."""
+    row = (chunk.end - 1 - chunk.start) % TILE
     if on_device:
-        row = last - tile
-        logits = gather_logits(logits, device, lm_head.vocab_size)
         return ttnn.slice(logits, (0, 0, row, 0), (1, 1, row + 1, logits.shape[-1]))
-    return logits_to_host(logits, device, lm_head.vocab_size)[0, 0, last - tile].float()
+    return logits_to_host(logits, device, lm_head.vocab_size)[0, 0, row].float()
 
 
 def gather_logits(logits: Any, device: Any, vocab_size: int) -> Any:

@@ -69,6 +69,11 @@ class RotarySetup:
         cos, sin = self.cos_sin(torch.arange(start, start + length))
         return as_tensor(cos[None, None], self.device), as_tensor(sin[None, None], self.device)
 
+    def prefill_inputs(self, start: int, length: int) -> HostInputs:
+        """:meth:`prefill`'s cos/sin as host inputs (``cos``, ``sin``) of a traced prefill."""
+        cos, sin = self.cos_sin(torch.arange(start, start + length))
+        return {"cos": host_tensor(cos[None, None], self.device), "sin": host_tensor(sin[None, None], self.device)}
+
     def decode_inputs(self, positions: torch.Tensor) -> HostInputs:
         """cos/sin ``[1, B, 32, D]`` as host inputs, one user per core (row 0 holds the user's position; padding
         rows ``-1`` use position 0, their results are never written)."""

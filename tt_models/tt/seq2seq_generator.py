@@ -10,9 +10,9 @@ Extension of the decoder-only contract (documented in docs/contract.md):
 - ``encode_forward(encoder_inputs)``: encoder states only, for an encoder that runs apart (an encode instance
   of a disaggregated deployment, ``tt_models.disagg``).
 - ``write_cross_kv(kv_cache, encoder_states, cross_page_table, encoder_lens, empty_slots=None)``: the cross K/V
-  of encoder states computed elsewhere into the rows' cross blocks (of the replica owning each row's slot); a later ``prefill_forward`` takes those rows with
-  ``encoder_inputs[i] = None``. ``write_cross_kv`` after ``encode_forward`` writes what a ``prefill_forward`` with
-  the encoder input would have written.
+  of encoder states computed elsewhere into the rows' cross blocks (of the replica owning each row's slot); a later
+  ``prefill_forward`` takes those rows with ``encoder_inputs[i] = None``. ``write_cross_kv`` after
+  ``encode_forward`` writes what a ``prefill_forward`` with the encoder input would have written.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Seq2SeqModel:
 
 
 class Seq2SeqGenerator(Generator):
-    model_capabilities = {"supports_sample_on_device": True}
+    model_capabilities = {"supports_sample_on_device": True, "supports_async_decode": True}
     max_cross_attn_tokens: int
     encoder_input_key: str  # "input_features" (audio) or "input_ids" (text)
 
@@ -187,10 +187,12 @@ class Seq2SeqGenerator(Generator):
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, cross_page_table: Any,
                        encoder_lens: Any, enable_trace: bool = False, read_from_device: bool = True,
                        sampling_params: Any = None, prompt_tokens: Any = None, output_tokens: Any = None,
+                       reset_batch: bool | None = None,
                        **kwargs: Any) -> Any:
         """One decoder token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens
         ``[B]`` with ``sampling_params``)."""
-        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        tokens = as_torch(tokens).reshape(-1)
+        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
         page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
         encoder_lens = as_torch(encoder_lens)
         self.check_decode_batch(tokens, positions, page_table, cross_page_table, encoder_lens)

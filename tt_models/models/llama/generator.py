@@ -12,13 +12,17 @@ import torch
 
 from tt_models.models.llama.model import LlamaModel
 from tt_models.runtime import use
+from tt_models.tt.decode_inputs import to_device
 from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.lm_head import last_row_logits
+from tt_models.tt.paged_inputs import PrefillChunk
 
 
 class LlamaForCausalLM(Generator):
     """Llama-family text generation on TT-NN."""
 
-    model_capabilities = {"supports_prefix_caching": True, "supports_sample_on_device": True}
+    model_capabilities = {"supports_prefix_caching": True, "supports_sample_on_device": True,
+                          "supports_async_decode": True}
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
@@ -30,39 +34,65 @@ class LlamaForCausalLM(Generator):
 
     def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
                              **kwargs: Any) -> None:
-        """Compile the prefill path; the page table is all ``-1``, so nothing is written to the cache."""
+        """Compile the prefill path at one block and at each of :meth:`prefill_trace_lengths`, and with
+        ``enable_trace`` capture the traces of the latter (logits on the device for sampling there with
+        ``can_sample_on_device``, else for the host); the page table is all ``-1``, so nothing is written to the
+        cache."""
         if kv_cache is None:
             return
         for replica, (model, device) in enumerate(zip(self.models, self.devices)):
-            block_size = kv_cache[replica][0][0].shape[2]
+            cache = kv_cache[replica]
+            block_size = cache[0][0].shape[2]
+            captured = self.prefill_trace_lengths(model.args.max_seq_len)
             with use(device):
-                model.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
-                              torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])
+                for length in ([] if enable_trace else [block_size]) + captured:
+                    chunk = model.prefill_chunk(torch.full((-(-length // block_size),), -1, dtype=torch.int32), 0,
+                                                length, cache)
+                    inputs = model.prefill_inputs(torch.zeros(length, dtype=torch.int64), chunk)
+
+                    def forward(device_inputs: dict[str, Any], chunk: PrefillChunk = chunk) -> Any:
+                        return model.prefill_device(device_inputs, chunk, cache, can_sample_on_device)
+
+                    if enable_trace:
+                        self.capture_prefill(replica, inputs, forward, mode=can_sample_on_device)
+                    else:
+                        forward(to_device(inputs, device))
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any,
                         start_pos: Any = None, enable_trace: bool = False, empty_slots: Any = None,
                         sampling_params: Any = None, **kwargs: Any) -> Any:
         """Logits ``[n, 1, V]`` of each row's last position ``prompt_lens[i] - 1``; with ``sampling_params``,
-        tokens ``[n]`` sampled on the device (``(tokens, log_probs)`` when a row asks for log-probs)."""
+        tokens ``[n]`` sampled on the device (``(tokens, log_probs)`` when a row asks for log-probs). With
+        ``enable_trace`` a row from position 0 whose tile-padded length warm-up captured replays that trace."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
         on_device = sampling_params is not None
         out = []
         for row, (start, end, replica) in enumerate(rows):
-            with use(self.devices[replica]):
-                out.append(self.models[replica].prefill(tokens[row], start, end, page_table[row], kv_cache[replica],
-                                                        on_device=on_device))
+            model, cache, device = self.models[replica], kv_cache[replica], self.devices[replica]
+            with use(device):
+                chunk = model.prefill_chunk(page_table[row], start, end, cache)
+
+                def forward(device_inputs: dict[str, Any], chunk: PrefillChunk = chunk) -> Any:
+                    return model.prefill_device(device_inputs, chunk, cache, on_device)
+
+                # A trace bakes its chunk's start in (plain causal attention from 0): resumed chunks run eagerly.
+                logits = self.run_prefill(replica, model.prefill_inputs(tokens[row], chunk), forward, mode=on_device,
+                                          traced=enable_trace and chunk.start == 0)
+                out.append(last_row_logits(logits, chunk, model.lm_head, device, on_device))
         if on_device:
             return self.sample_prefill(out, rows, tokens, sampling_params)
         return torch.stack(out)[:, None, :]
 
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
                        read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
-                       output_tokens: Any = None, **kwargs: Any) -> Any:
+                       output_tokens: Any = None, reset_batch: bool | None = None,
+                       **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``, or tokens ``[B]``
         with ``sampling_params`` (device tensors when ``read_from_device`` is False: pass them to
         :meth:`process_decode_output_host`)."""
-        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        tokens = as_torch(tokens).reshape(-1)
+        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
         page_table = as_torch(page_table, torch.int32)
         self.check_decode_batch(tokens, positions, page_table)
         inputs = []

@@ -8,10 +8,10 @@ from typing import Any, Iterator
 import torch
 
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints
+from tt_models.tt.decode_inputs import HostInputs, host_ints, to_device
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
-from tt_models.tt.lm_head import LMHead, last_token_logits
+from tt_models.tt.lm_head import LMHead, last_row_logits, last_tile_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
@@ -50,15 +50,35 @@ class LlamaModel:
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                 kv_cache: list[list[Any]], on_device: bool = False) -> Any:
-        """Run positions ``start .. end - 1`` of one user's token row; return the logits of position ``end - 1``.
+        """Run positions ``start .. end - 1`` of one user's token row eagerly; return the logits of position
+        ``end - 1`` (host ``[V]``, or with ``on_device`` the device row ``[1, 1, 1, V]``)."""
+        chunk = self.prefill_chunk(page_table, start, end, kv_cache)
+        logits = self.prefill_device(to_device(self.prefill_inputs(tokens, chunk), self.device), chunk, kv_cache,
+                                     on_device)
+        return last_row_logits(logits, chunk, self.lm_head, self.device, on_device)
 
-        ``page_table`` is the user's block row (entries past ``ceil(end / bs)`` may be stale: never used);
-        ``on_device``: the logits stay on the device (``[1, 1, 1, V]``).
-        """
-        chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
-        for x in self.prefill_layers(tokens, chunk, kv_cache):
+    @staticmethod
+    def prefill_chunk(page_table: torch.Tensor, start: int, end: int, kv_cache: list[list[Any]]) -> PrefillChunk:
+        """Positions ``start .. end - 1`` of one user's block row ``page_table`` (entries past ``ceil(end / bs)``
+        may be stale: never used)."""
+        return PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+
+    def prefill_inputs(self, tokens: torch.Tensor, chunk: PrefillChunk) -> HostInputs:
+        """The host inputs of :meth:`prefill_device`: the chunk's tile-padded tokens, cos/sin and page tables."""
+        return {"tokens": Embedding.host_ids(chunk.padded_tokens(tokens), self.device),
+                "fill_page_table": host_ints(chunk.fill_blocks[None], self.device),
+                "page_table": host_ints(chunk.read_blocks[None], self.device),
+                **self.rope.prefill_inputs(chunk.start, chunk.padded)}
+
+    def prefill_device(self, inputs: dict[str, Any], chunk: PrefillChunk, kv_cache: list[list[Any]],
+                       on_device: bool = False) -> Any:
+        """Device ops only: the logits tile of :func:`~tt_models.tt.lm_head.last_tile_logits`. Traceable for the
+        chunks of one padded length starting at 0 (``chunk.start`` and the last tile are baked into the ops)."""
+        x = self.embedding.forward_ids(inputs["tokens"])
+        tables = {name: inputs[name] for name in ("page_table", "fill_page_table")}
+        for x in self.layers_over(x, (inputs["cos"], inputs["sin"]), tables, chunk.start, kv_cache):
             pass
-        return last_token_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
+        return last_tile_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
 
     def prefill_layers(self, tokens: torch.Tensor, chunk: PrefillChunk, kv_cache: list[list[Any]]) -> Iterator[Any]:
         """The hidden states ``[1, 1, chunk.padded, dim]`` of the embedding and of each layer."""
@@ -69,11 +89,17 @@ class LlamaModel:
     def decoder_layers(self, x: Any, rot: tuple[Any, Any], chunk: PrefillChunk,
                        kv_cache: list[list[Any]]) -> Iterator[Any]:
         """Each layer's output ``[1, 1, chunk.padded, dim]`` for the chunk's embeddings ``x`` rotated by ``rot``."""
-        fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
-        sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
+        tables = {"fill_page_table": as_int_tensor(chunk.fill_blocks[None], self.device),
+                  "page_table": as_int_tensor(chunk.read_blocks[None], self.device)}
+        yield from self.layers_over(x, rot, tables, chunk.start, kv_cache)
+
+    def layers_over(self, x: Any, rot: tuple[Any, Any], tables: dict[str, Any], chunk_start: int,
+                    kv_cache: list[list[Any]]) -> Iterator[Any]:
+        """Each layer's output for embeddings ``x`` at positions ``chunk_start ..`` with the device page tables
+        ``tables`` (``page_table``, ``fill_page_table``)."""
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_prefill(x, cache, rot=rot, trans_mat=self.rope.trans_mat_prefill,
-                                      page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk.start)
+                                      chunk_start=chunk_start, **tables)
             yield x
 
     @property

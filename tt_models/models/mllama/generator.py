@@ -32,7 +32,7 @@ from tt_models.tt.weights import as_tensor, to_host
 class MllamaForConditionalGeneration(Generator):
     """Llama 3.2 Vision: image + text in, text out, with paged cross-attention over the vision tokens."""
 
-    # As tt_transformers declares it for Mllama, with device sampling (which reloads the host's tokens every step).
+    # As tt_transformers declares it for Mllama, with device sampling (tokens fed back on the device: decode_feedback).
     model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
                           "supports_sample_on_device": True}
     max_cross_attn_tokens: int
@@ -158,9 +158,11 @@ class MllamaForConditionalGeneration(Generator):
     def decode_forward(self, *, tokens: Any, start_pos: Any, cross_attention_masks: Sequence[Any] | None = None,
                        full_text_row_masked_out_mask: Sequence[Any] | None = None, page_table: Any, kv_cache: Any,
                        cross_page_table: Any, enable_trace: bool = False, read_from_device: bool = True,
-                       sampling_params: Any = None, **kwargs: Any) -> Any:
+                       sampling_params: Any = None, reset_batch: bool | None = None,
+                       **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``."""
-        tokens, positions = as_torch(tokens).reshape(-1), as_torch(start_pos)
+        tokens = as_torch(tokens).reshape(-1)
+        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
         page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
         self.check_decode_batch(tokens, positions, page_table, cross_page_table)
         masks, text_rows = self._aligned(cross_attention_masks), self._aligned(full_text_row_masked_out_mask)

@@ -75,9 +75,10 @@ class Qwen2_5_VLText(LlamaModel):
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                 kv_cache: list[list[Any]], on_device: bool = False, *, positions: torch.Tensor | None = None,
                 image_rows: torch.Tensor | None = None, image_table: Any = None) -> Any:
-        """As :meth:`LlamaModel.prefill`, with the prompt's 3-D ``positions [3, >= end]`` (None: text only, 1-D),
-        and, when the chunk holds image tokens, ``image_rows [end]`` (each position's row of ``image_table``, -1 for
-        text) and ``image_table`` ``[1, 1, image tokens, dim]`` on the device."""
+        """Run positions ``start .. end - 1`` of one user's token row; return the logits of position ``end - 1`` (host
+        ``[V]``, or ``[1, 1, 1, V]`` on the device with ``on_device``). With the prompt's 3-D ``positions [3, >= end]``
+        (None: text only, 1-D), and, when the chunk holds image tokens, ``image_rows [end]`` (each position's row of
+        ``image_table``, -1 for text) and ``image_table`` ``[1, 1, image tokens, dim]`` on the device."""
         chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
         for x in self.prefill_layers(tokens, chunk, kv_cache, positions=positions, image_rows=image_rows,
                                      image_table=image_table):

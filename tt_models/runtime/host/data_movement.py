@@ -1,4 +1,4 @@
-"""Data-movement ops: reshape, permute, transpose, concat, slice, pad, (un)squeeze, repeats.
+"""Data-movement ops: reshape, permute, transpose, concat, slice, pad, (un)squeeze, repeats, copy.
 
 They move logical values and keep the input's dtype and layout. bfloat16/float32 values come out
 unchanged; bfloat8_b/bfloat4_b outputs are re-packed (values that land in a new 16-value block share
@@ -31,6 +31,7 @@ __all__ = [
     "unsqueeze",
     "repeat_interleave",
     "repeat",
+    "copy",
 ]
 
 
@@ -170,3 +171,14 @@ def repeat(input_tensor: Tensor, repeat_dims: Sequence[int], *, memory_config: M
     reps = [1] * (rank - len(reps)) + reps  # fewer dims than the rank repeat the trailing dims
     out = _out(input_tensor, input_tensor.value.repeat(*reps), memory_config)
     return _into(optional_output_tensor, out)
+
+
+def copy(input_a: Tensor, input_b: Tensor) -> None:
+    """``input_b`` takes ``input_a``'s values in place (the buffer stays, so a captured trace reading it sees them);
+    equal shapes and layouts, values rounded to ``input_b``'s dtype."""
+    for t in (input_a, input_b):
+        _check_on_device(t, "copy")
+    check(tuple(input_a.shape) == tuple(input_b.shape), "copy",
+          f"input shapes {list(input_a.shape)} and {list(input_b.shape)} must be equal")
+    check(input_a.layout == input_b.layout, "copy", "both inputs must have the same layout")
+    _into(input_b, input_a)
