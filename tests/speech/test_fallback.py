@@ -133,7 +133,7 @@ def fell_back(llm, samples) -> tuple[np.ndarray, Transcript, list[EngineBatch]]:
     return clip, *run_counted(llm, clip, **NEVER_MET)
 
 
-def test_every_window_is_decoded_at_every_temperature_and_sampling_is_seeded(llm, fell_back):
+def test_every_window_is_decoded_at_every_temperature(fell_back):
     samples, transcript, batches = fell_back
     decoded = defaultdict(list)  # the temperatures each stretch of audio was decoded at, in order
     for batch in batches:
@@ -143,13 +143,13 @@ def test_every_window_is_decoded_at_every_temperature_and_sampling_is_seeded(llm
     assert windows >= 2 and len(batches[0].prompts) == len(batches[1].prompts) == windows  # windows batch together
     assert len(decoded) >= windows and all(t == list(TEMPERATURES) for t in decoded.values()), decoded.values()
     assert transcript.segments and all(s.temperature == TEMPERATURES[-1] for s in transcript.segments)
-    again = llm.transcribe((samples, SAMPLE_RATE), **NEVER_MET)  # another driver, the same seeds
-    assert again.text == transcript.text and timed(again) == timed(transcript)
+    # Seeded: the stream test below runs it again through another driver and gets the same transcript.
 
 
-def test_a_stream_says_what_the_response_would(llm, fell_back):
+def test_a_stream_says_what_the_response_would_and_sampling_is_seeded(llm, fell_back):
     """With the fallback a window's text is streamed once its output is final: the stream grows window by window and
-    ends as the transcript. Kept as decoded (one temperature, no silence rule), segments stream as they decode."""
+    ends as the transcript, the same as the response's (each window samples from its own seed). Kept as decoded
+    (one temperature, no silence rule), segments stream as they decode."""
     samples, reference, _ = fell_back
     transcript, texts = run_streamed(llm, samples, **NEVER_MET)
     texts.append(transcript.text)
