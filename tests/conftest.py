@@ -47,10 +47,31 @@ def mock_device():
     close_device(device)
 
 
+# Directories whose modules share session fixtures (tests/server: the session's servers and their references): one
+# worker runs them all, so those fixtures are built once.
+SHARED_SCOPES = ("tests/server",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow modules first, the longest (speech, vllm: minutes each) ahead: each runs whole in one worker
-    (``--dist loadfile``), and one that started last would keep that worker busy after the other ran out of work."""
+    """Slow modules first, the longest (speech, vllm: minutes each, and the server modules, which run together)
+    ahead: each runs whole in one worker (``--dist loadfile``), and one that started last would keep that worker
+    busy after the other ran out of work."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    order = {path: i for i, path in enumerate(sorted(slow, key=lambda p: (p.parent.name not in ("speech", "vllm"),
-                                                                         str(p))))}
+    slow |= {item.path for item in items if item.nodeid.startswith(SHARED_SCOPES)}
+    order = {path: i for i, path in enumerate(sorted(slow, key=lambda p: (
+        p.parent.name not in ("speech", "vllm", "server"), str(p))))}
     items.sort(key=lambda item: order.get(item.path, len(order)))  # (stable: a module's tests stay in order)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile`` with the modules of each of :data:`SHARED_SCOPES` in one work unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedScopes(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((scope for scope in SHARED_SCOPES if nodeid.startswith(f"{scope}/")),
+                        super()._split_scope(nodeid))
+
+    return SharedScopes(config, log)
