@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 MARKER = "RESULT "
+RUN_MARKER = "RUN "  # a line before each of several runs: the test splits this process's output (vLLM's log) at it
 WORKER_MODULE = "vllm_tt_plugin.worker"
 
 
@@ -39,14 +40,16 @@ def mesh_shapes(mesh_devices: list[str]) -> dict[str, list[int]]:
 
 
 def count_decodes(model: Any) -> dict[str, int]:
-    """Counts, from here on, the model's ``decode_forward`` calls, how many asked for the trace, and (at report
-    time) its ``execute_trace`` calls: instruments our class, not the plugin."""
-    counts = {"decode_forward": 0, "traced": 0}
+    """Counts, from here on, the model's ``decode_forward`` calls, how many asked for the trace, how many the plugin's
+    async decode sent a step behind (``reset_batch=False``: tokens fed back on the device), and (at report time) its
+    ``execute_trace`` calls: instruments our class, not the plugin."""
+    counts = {"decode_forward": 0, "traced": 0, "reset_batch_false": 0}
     forward = model.decode_forward
 
     def decode_forward(**kwargs: Any) -> Any:
         counts["decode_forward"] += 1
         counts["traced"] += bool(kwargs.get("enable_trace"))
+        counts["reset_batch_false"] += kwargs.get("reset_batch") is False
         counts["sampling_params"] = counts.get("sampling_params", 0) + (kwargs.get("sampling_params") is not None)
         return forward(**kwargs)
 
@@ -56,11 +59,21 @@ def count_decodes(model: Any) -> dict[str, int]:
 
 def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int, max_num_seqs: int,
          max_model_len: int, import_worker_first: bool = False, mesh_devices: Sequence[str] = (),
-         additional_config: dict[str, Any] | None = None) -> dict[str, Any]:
+         additional_config: dict[str, Any] | None = None, async_scheduling: bool = False,
+         env: dict[str, str | None] | None = None) -> dict[str, Any]:
     """Greedy tokens of ``prompts`` from ``vllm.LLM``; with ``import_worker_first`` the plugin's worker module is
     imported before vLLM loads its general plugins (tt-models then patches it at once instead of on import).
     An in-process engine also reports its device, what was replaced, the shapes of ``mesh_devices`` and the
-    model's decode calls (``decode_forward``, traced ones, ``execute_trace``)."""
+    model's decode calls (``decode_forward``, traced ones, ``execute_trace``). ``async_scheduling``: vLLM's, which
+    turns on the plugin's async decode. ``env``: variables set (None: removed) before the engine starts, e.g. the
+    ``MESH_DEVICE`` the plugin's worker reads when it opens the device."""
+    import os
+
+    for name, value in (env or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     if import_worker_first:
         import importlib
 
@@ -69,7 +82,7 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
 
     start = time.monotonic()
     llm = LLM(model=model, block_size=block_size, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-              skip_tokenizer_init=True, additional_config=additional_config or {})
+              skip_tokenizer_init=True, additional_config=additional_config or {}, async_scheduling=async_scheduling)
     started = time.monotonic()
     executor = getattr(llm.llm_engine, "model_executor", None)  # only for an in-process engine core
     generator = executor.driver_worker.worker.model_runner.model if executor is not None else None
@@ -93,17 +106,23 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
         report["chips_per_replica"] = [d.get_num_devices() for d in generator.devices]
         report["replaced"] = replaced_in_worker()
         report["mesh_shapes"] = mesh_shapes(list(mesh_devices))
+    else:
+        # Not imported here, so each engine core (forked from this process) imports it and the hook patches it.
+        report["worker_imported_here"] = WORKER_MODULE in sys.modules
+        llm.llm_engine.engine_core.shutdown()  # its process ends here (its log before the next run's)
     return report
 
 
 def run(arguments: dict[str, Any]) -> Any:
     """One model (``model``), or several served one after another in this process (``models``: a report each; an
-    entry is a path, or a dict of a ``model`` path and the arguments it overrides, e.g. fewer prompts or tokens)."""
+    entry is a path, or a dict of a ``model`` path and the arguments it overrides, e.g. fewer prompts or tokens, its
+    ``env`` or ``additional_config``; a ``RUN_MARKER`` line before each)."""
     models = arguments.pop("models", None)
     if models is None:
         return main(**arguments)
     reports = []
-    for model in models:
+    for i, model in enumerate(models):
+        print(f"{RUN_MARKER}{i}", flush=True)
         reports.append(main(**(arguments | (model if isinstance(model, dict) else {"model": model}))))
         gc.collect()  # the previous engine and its generator go before the next one starts
     return reports

@@ -1,8 +1,8 @@
-"""Registration scenarios, each run in a fresh process by test_registration.py.
+"""Registration scenarios, run in fresh processes by test_registration.py.
 
-Run as a script from outside the checkout (``python tests/vllm/scenarios.py <scenario>``), so
-``generator_vllm`` is importable only if the code under test makes it so. Each scenario prints one
-``RESULT <json>`` line for the test to check.
+Run as a script from outside the checkout (``python tests/vllm/scenarios.py <scenario> [<scenario> ...]``), so
+``generator_vllm`` is importable only if the code under test makes it so. Prints one ``RESULT <json>`` line,
+``{scenario: report}``, for the test to check.
 """
 
 from __future__ import annotations
@@ -41,12 +41,14 @@ def _generator_classes() -> dict[str, type]:
 
 def entry_point() -> dict[str, Any]:
     """The ``tt_models`` entry point through vLLM's own plugin loading, then resolution and inspection."""
+    import vllm.plugins
     from vllm import ModelRegistry
     from vllm.model_executor.models.registry import _ModelInfo
     from vllm.plugins import load_general_plugins
 
     from tt_models.vllm import VllmModelInterface, register_tt_models
 
+    plugins_loaded_before = vllm.plugins.plugins_loaded  # False: the loading below is this scenario's
     vllm_knows = set(ModelRegistry.get_supported_archs())
     load_general_plugins()
     archs = set(ModelRegistry.get_supported_archs())
@@ -57,7 +59,8 @@ def entry_point() -> dict[str, Any]:
     # Ours among them: vllm-tt-plugin's general plugin, when installed, registers its built-in TT names too.
     ours = sorted(a for a in archs if a.startswith("TT")
                   and getattr(ModelRegistry.models[a], "module_name", None) == "generator_vllm")
-    report: dict[str, Any] = {"tt_archs": ours, "classes": {}, "idempotent": idempotent}
+    report: dict[str, Any] = {"tt_archs": ours, "classes": {}, "idempotent": idempotent,
+                              "plugins_loaded_before": plugins_loaded_before}
     for name, cls in classes.items():
         adopted = issubclass(cls, VllmModelInterface)
         # The class as it is once it derives from VllmModelInterface (the change to make if it does not).
@@ -126,4 +129,12 @@ def no_vllm() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(MARKER + json.dumps(globals()[sys.argv[1]]()), flush=True)
+    # Each named scenario in turn in this one process (vLLM's import paid once): ``{name: report}``. The order is
+    # the caller's: bundles must come before entry_point, which loads the plugins into the registry bundles checks.
+    reports = {}
+    for scenario in sys.argv[1:]:
+        reports[scenario] = globals()[scenario]()
+        # EXTRA_MODELS_DIR is for bundles alone: what follows (and the inspection subprocess entry_point starts)
+        # sees no bundles, as in a process of its own.
+        os.environ.pop("EXTRA_MODELS_DIR", None)
+    print(MARKER + json.dumps(reports), flush=True)

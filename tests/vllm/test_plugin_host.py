@@ -2,10 +2,14 @@
 machine with no card: only ``TT_MODELS_BACKEND=host`` and ``MESH_DEVICE`` set, greedy tokens equal to
 ``tt_models.LLM``'s, a clean exit.
 
-Each scenario is one fresh process (plugin_scenario.py, started outside the checkout): vLLM's platform and
-registry are process-global. The plugin's default path with our class: no device sampling, no async decode
-(the class declares neither), prefix caching on, decode padded to ``max_num_seqs``. The vendored commit has
-no switch for plugin main's decode as one-token prefill, so that path is not run here.
+The scenarios run in fresh processes (plugin_scenario.py, started outside the checkout): vLLM's platform, registry
+and environment cache are process-global. A vLLM process costs 10-40 s of CPU to start, so there are two: one
+whose engine cores are processes of their own (vLLM's default: N150, then N300), one whose engines run in it
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the in-process checks, T3K, then the traced runs), each serving its runs
+one after another; each test checks its runs' part of the report and log. The plugin's default path with our
+class: no device sampling, no async decode (the class declares neither), prefix caching on, decode padded to
+``max_num_seqs``. The vendored commit has no switch for plugin main's decode as one-token prefill, so that path is
+not run here.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from collections.abc import Callable
@@ -26,7 +31,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from tests.models.hf_reference import tiny_model
-from tests.vllm.plugin_scenario import MARKER
+from tests.vllm.plugin_scenario import MARKER, RUN_MARKER
 from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import mock
@@ -41,8 +46,8 @@ HOST_DEVICE = "tt_models.runtime.host.device.MeshDevice"
 MESHES = {"N150": [1, 1], "N300": [1, 2], "T3K": [1, 8], "(2, 4)": [2, 4]}
 
 
-# vLLM's inspection of our registered classes (what ``inspect_model_cls`` computes in a subprocess of its own), all
-# of them in one process, saved where vLLM's registry looks for it first.
+# vLLM's inspection of our registered classes and of its own of the same architectures (what ``inspect_model_cls``
+# computes in a subprocess of its own), all of them in one process, saved where vLLM's registry looks for it first.
 INSPECT = """
 import importlib.util, pathlib, sys
 from vllm import ModelRegistry
@@ -57,19 +62,25 @@ for arch in sys.argv[1:]:
 """
 
 
+def inspected(path: Path, names: list[str]) -> Path:
+    """``path`` as a ``VLLM_CACHE_ROOT`` holding vLLM's inspection of each registered class of ``names`` (ours,
+    ``TT<arch>``, and vLLM's own, ``<arch>``: its ModelConfig resolves the checkpoint's plain architecture first),
+    made here in one process: vLLM runs one subprocess per class otherwise, 10-15 s each. None sees an inspection of
+    another version of the classes."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VLLM_PLUGINS", mock.MOCK_ENV_VAR)}
+    done = subprocess.run([sys.executable, "-c", INSPECT, *names], cwd=path,
+                          env={**environ, "VLLM_CACHE_ROOT": str(path)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list((path / "modelinfos").glob("*.json"))) == len(names), done.stderr[-3000:]
+    return path
+
+
 @pytest.fixture(scope="module")
 def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shared by this module's vLLM runs, holding the inspection of this checkout's Llama, Qwen2 and Mistral
-    classes made here in one process (vLLM runs one subprocess per class otherwise, 10-15 s each); none sees an
-    inspection of another version of the classes."""
-    path = tmp_path_factory.mktemp("vllm-cache")
-    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VLLM_PLUGINS", mock.MOCK_ENV_VAR)}
-    done = subprocess.run([sys.executable, "-c", INSPECT, "TTLlamaForCausalLM", "TTQwen2ForCausalLM",
-                           "TTMistralForCausalLM"], cwd=path, env={**environ, "VLLM_CACHE_ROOT": str(path)},
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert len(list((path / "modelinfos").glob("*.json"))) == 3, done.stderr[-3000:]
-    return path
+    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2 and Mistral inspected."""
+    names = [f"{prefix}{arch}" for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
+             for prefix in ("TT", "")]
+    return inspected(tmp_path_factory.mktemp("vllm-cache"), names)
 
 
 @pytest.fixture(scope="module")
@@ -102,20 +113,36 @@ def serve(model_dir: Path, workdir: Path, cache: Path, env: dict[str, str], time
     environ |= {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache), **env}
     arguments = json.dumps({"prompts": PROMPTS, **SIZES, **({} if "models" in args else {"model": str(model_dir)}),
                             **args})
-    with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
-        try:
-            if meanwhile is not None:
-                meanwhile()
-            stdout, stderr = process.communicate(timeout=timeout)
-        except BaseException:
-            process.kill()
-            raise
+    # Files, not pipes: a log longer than a pipe's buffer would stop vLLM until ``meanwhile`` returned.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ, stdout=out,
+                              stderr=err, text=True) as process:
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+                process.wait(timeout=timeout)
+            except BaseException:
+                process.kill()
+                raise
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert done.returncode == 0, f"vLLM failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
     assert lines, done.stdout[-3000:]
     return json.loads(lines[-1].removeprefix(MARKER)), done.stdout, done.stderr
+
+
+def run_logs(stdout: str) -> list[str]:
+    """The log of each run of a ``models`` scenario: its stdout split at the ``RUN_MARKER`` lines."""
+    logs: list[list[str]] = []
+    for line in stdout.splitlines():
+        if line.startswith(RUN_MARKER):
+            logs.append([])
+        elif logs:
+            logs[-1].append(line)
+    return ["\n".join(log) for log in logs]
 
 
 def check_run(report: dict[str, Any], stdout: str, stderr: str, reference: list[list[int]], mesh: str,
@@ -127,44 +154,98 @@ def check_run(report: dict[str, Any], stdout: str, stderr: str, reference: list[
     assert len(opened) == opens and f"host device as a {mesh} mesh" in opened[0], opened
 
 
-@pytest.mark.parametrize(("mesh_device", "mesh"), [("N150", "1x1"), ("N300", "1x2")])
-def test_engine_core_process_opens_a_host_device(model_dir: Path, reference: list[list[int]], vllm_cache: Path,
-                                                 tmp_path: Path, mesh_device: str, mesh: str) -> None:
+ENGINE_CORE_MESHES = {"N150": "1x1", "N300": "1x2"}
+
+
+@pytest.fixture(scope="module")
+def engine_core_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.TempPathFactory,
+                     request: pytest.FixtureRequest) -> dict[str, tuple[dict[str, Any], str, str]]:
+    """One vLLM process serving the tiny Llama with each ``MESH_DEVICE`` of ``ENGINE_CORE_MESHES`` in turn (set
+    before each engine, whose core process inherits it), each engine core a process of its own, shut down before
+    the next starts: ``{MESH_DEVICE: (report, its log, the stderr)}``. The reference runs meanwhile."""
+    runs = [{"model": str(model_dir), "env": {"MESH_DEVICE": value}} for value in ENGINE_CORE_MESHES]
+    reports, stdout, stderr = serve(model_dir, tmp_path_factory.mktemp("engine-core"), vllm_cache, {}, models=runs,
+                                    meanwhile=lambda: request.getfixturevalue("reference"))
+    logs = run_logs(stdout)
+    assert len(reports) == len(logs) == len(runs), stdout[-3000:]
+    return {value: (report, log, stderr) for value, report, log in zip(ENGINE_CORE_MESHES, reports, logs)}
+
+
+@pytest.mark.parametrize(("mesh_device", "mesh"), list(ENGINE_CORE_MESHES.items()))
+def test_engine_core_process_opens_a_host_device(engine_core_runs: dict[str, tuple[dict[str, Any], str, str]],
+                                                 reference: list[list[int]], mesh_device: str, mesh: str) -> None:
     """vLLM's default: the engine core (the plugin's worker) in a process of its own, where tt-models' general
     plugin patches the worker module when it is imported. On N300 the model is tensor-parallel over both chips,
     each holding ``kv_heads / 2`` KV heads (the shape the plugin passes); its tokens equal one chip's here."""
-    check_run(*serve(model_dir, tmp_path, vllm_cache, {"MESH_DEVICE": mesh_device}), reference, mesh=mesh)
+    check_run(*engine_core_runs[mesh_device], reference, mesh=mesh)
+    assert not engine_core_runs[mesh_device][0]["worker_imported_here"]  # (also after the run before it)
 
 
-def test_t3k_serves_one_tensor_parallel_replica_over_8_chips(vllm_cache: Path, tmp_path: Path) -> None:
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
+# A Llama wide enough to split over T3K's 8 chips: hidden 256, 8 heads, 8 KV heads.
+T3K_LLAMA = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                        num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=512)
+TRACED_NAMES = ["llama-gqa", "qwen2-bias", "mistral-window", "SmolLM2-135M-Instruct"]
+
+
+@pytest.fixture(scope="module")
+def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.TempPathFactory,
+                    request: pytest.FixtureRequest) -> dict[str, Any]:
+    """One vLLM process whose engines run in it (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``VLLM_PLUGINS`` listing the
+    plugin's and ours), serving in turn: the tiny Llama with ``MESH_DEVICE`` unset and the worker module imported
+    before vLLM (so first: before vLLM loads its general plugins), the T3K Llama with ``MESH_DEVICE=T3K``, then the
+    traced runs. ``MESH_DEVICE`` is set or removed before each engine: the plugin's worker reads it when it opens the
+    device. The references run meanwhile. Each test's part: ``(runs, reports, logs, stderr, references)``."""
+    tmp = tmp_path_factory.mktemp("in-process")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(T3K_LLAMA).save_pretrained(tmp / "tp-llama")
+    traced: list[dict[str, Any]] = []
+    for name in TRACED_NAMES[:-1]:
+        tiny_model(name).save_pretrained(tmp / name)
+        traced.append({"model": str(tmp / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"]})
+    traced.append({"model": str(write_smollm2_checkpoint(tmp)), **SMOLLM2_RUN})  # real weights, default precision
+    parts = {"in_process": [{"model": str(model_dir), "env": {"MESH_DEVICE": None}, "import_worker_first": True,
+                             "mesh_devices": list(MESHES)}],
+             "t3k": [{"model": str(tmp / "tp-llama"), "env": {"MESH_DEVICE": "T3K"}}],
+             "traced": [{**run, "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
+                         "async_scheduling": True} for run in traced]}
+    references: dict[str, list[list[list[int]]]] = {}
+
+    def meanwhile() -> None:
+        references["in_process"] = [request.getfixturevalue("reference")]
+        references["t3k"] = [_reference(tmp / "tp-llama", PROMPTS, SIZES["max_tokens"], mesh_shape=(1, 8))]
+        references["traced"] = [_reference(Path(r["model"]), r["prompts"], r["max_tokens"]) for r in traced]
+
+    runs = [run for part in parts.values() for run in part]
+    reports, stdout, stderr = serve(model_dir, tmp, vllm_cache, IN_PROCESS_ENV, timeout=1500, models=runs,
+                                    meanwhile=meanwhile)
+    logs = run_logs(stdout)
+    assert len(reports) == len(logs) == len(runs), stdout[-3000:]
+    split, first = {}, 0
+    for name, part in parts.items():
+        last = first + len(part)
+        split[name] = (part, reports[first:last], logs[first:last], stderr, references[name])
+        first = last
+    return split
+
+
+def test_t3k_serves_one_tensor_parallel_replica_over_8_chips(in_process_runs: dict[str, Any]) -> None:
     """``MESH_DEVICE=T3K``: the plugin's worker opens a 1x8 host mesh and our class runs one replica
     tensor-parallel over its 8 chips, allocating the KV shape the plugin passes (``kv_heads // 8`` heads per chip);
-    greedy tokens equal ``tt_models.LLM(mesh_shape=(1, 8))``'s. A Llama wide enough to split: hidden 256, 8 heads,
-    8 KV heads."""
-    config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
-                         num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=512)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "tp-llama")
-    path = tmp_path / "tp-llama"
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models", "MESH_DEVICE": "T3K"}
-    references: list[list[int]] = []
-    report, stdout, stderr = serve(path, tmp_path, vllm_cache, env,
-                                   meanwhile=lambda: references.extend(_reference(path, PROMPTS, SIZES["max_tokens"],
-                                                                                  mesh_shape=(1, 8))))
-    check_run(report, stdout, stderr, references, mesh="1x8")
+    greedy tokens equal ``tt_models.LLM(mesh_shape=(1, 8))``'s. A Llama wide enough to split (``T3K_LLAMA``)."""
+    _, [report], [log], stderr, [reference] = in_process_runs["t3k"]
+    check_run(report, log, stderr, reference, mesh="1x8")
     assert report["chips_per_replica"] == [8]
-    assert report["kv_cache_shape"][1] == config.num_key_value_heads // 8
+    assert report["kv_cache_shape"][1] == T3K_LLAMA.num_key_value_heads // 8
 
 
-def test_in_process_engine(model_dir: Path, reference: list[list[int]], vllm_cache: Path, tmp_path: Path) -> None:
+def test_in_process_engine(in_process_runs: dict[str, Any]) -> None:
     """The engine in this process, ``VLLM_PLUGINS`` listing the plugin's and ours, ``MESH_DEVICE`` unset, the
     worker module imported before the general plugins run: only open/close are replaced, the device is a 1x1 host
-    mesh, the engine's cleanup at exit walks the model's ``modules()``, and other ``MESH_DEVICE`` values open the
-    meshes the plugin would."""
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
-    report, stdout, stderr = serve(model_dir, tmp_path, vllm_cache, env, import_worker_first=True,
-                                   mesh_devices=list(MESHES))
-    check_run(report, stdout, stderr, reference, mesh="1x1", opens=1 + len(MESHES))
+    mesh, the engine's cleanup walks the model's ``modules()`` (at its collection before the next run, and at exit),
+    and other ``MESH_DEVICE`` values open the meshes the plugin would."""
+    _, [report], [log], stderr, [reference] = in_process_runs["in_process"]
+    check_run(report, log, stderr, reference, mesh="1x1", opens=1 + len(MESHES))
     assert report["replaced"] == ["close_mesh_device", "open_mesh_device"]
     assert report["device"] == {"type": HOST_DEVICE, "shape": [1, 1]}
     assert report["mesh_shapes"] == MESHES
@@ -183,32 +264,24 @@ def _reference(path: Path, prompts: list[list[int]], max_tokens: int,
     return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
 
 
-def test_traced_decode_with_device_sampling(vllm_cache: Path, tmp_path: Path) -> None:
+def test_traced_decode_with_device_sampling(in_process_runs: dict[str, Any]) -> None:
     """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2 and Mistral classes and SmolLM2
-    served one after another by one in-process engine: prefill and decode return tokens sampled on the device
-    (greedy: the argmax), the traces are captured at warmup, every decode step is a traced ``decode_forward``
-    (one ``execute_trace`` each), and the tokens equal ``tt_models.LLM``'s (host sampling of eager logits)."""
-    names = ["llama-gqa", "qwen2-bias", "mistral-window"]
-    runs: list[dict[str, Any]] = []
-    for name in names:
-        tiny_model(name).save_pretrained(tmp_path / name)
-        runs.append({"model": str(tmp_path / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"]})
-    names.append("SmolLM2-135M-Instruct")  # real weights, at its default precision ("accuracy")
-    runs.append({"model": str(write_smollm2_checkpoint(tmp_path)), **SMOLLM2_RUN})
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
-    references: list[list[list[int]]] = []
-    reports, stdout, stderr = serve(
-        tmp_path, tmp_path, vllm_cache, env, timeout=1200, models=runs, additional_config=DEVICE_PATH,
-        meanwhile=lambda: references.extend(_reference(Path(r["model"]), r["prompts"], r["max_tokens"]) for r in runs))
+    served one after another by one in-process engine with vLLM's async scheduling (the plugin's async decode): prefill
+    and decode return tokens sampled on the device (greedy: the argmax), the traces are captured at warmup, every
+    decode step is a traced ``decode_forward`` (one ``execute_trace`` each), steady steps come a step behind
+    (``reset_batch=False``: the model feeds its sampled tokens back on the device), and the tokens equal
+    ``tt_models.LLM``'s (synchronous, host sampling of eager logits)."""
+    runs, reports, _, stderr, references = in_process_runs["traced"]
     assert "Traceback" not in stderr, stderr[-6000:]
-    assert len(reports) == len(runs)
-    for name, run, report, reference in zip(names, runs, reports, references):
+    assert len(reports) == len(runs) == len(TRACED_NAMES)
+    for name, run, report, reference in zip(TRACED_NAMES, runs, reports, references):
         print(f"{name}: vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
         assert report["tokens"] == reference, name
         decodes = report["decodes"]
         assert decodes["decode_forward"] >= run["max_tokens"] - 1, decodes
         assert decodes["traced"] == decodes["sampling_params"] == decodes["execute_trace"] == decodes["decode_forward"]
         assert decodes["captured_at_warmup"] == 3 and decodes["captured_while_serving"] == 0, decodes
+        assert decodes["reset_batch_false"] > 0, decodes
 
 
 def test_decode_as_one_token_prefill_with_device_sampling(model_dir: Path, reference: list[list[int]],

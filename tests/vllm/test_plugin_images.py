@@ -26,6 +26,7 @@ from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
 from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
 from tests.models.qwen2_5_vl_reference import random_image
 from tests.vllm.chat_scenario import MARKER
+from tests.vllm.test_plugin_host import inspected
 from tt_models.runtime import close_device, mock, open_device
 
 pytestmark = pytest.mark.slow
@@ -52,17 +53,26 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
+def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """vLLM's own classes of both architectures inspected in one process (a vLLM subprocess each in the engine's
+    startup otherwise; ours, imported by then, it inspects in its process)."""
+    return inspected(tmp_path_factory.mktemp("vllm-cache"), ["Qwen2_5_VLForConditionalGeneration",
+                                                             "Gemma3ForConditionalGeneration"])
+
+
+@pytest.fixture(scope="module")
 def images() -> list[list[Image.Image]]:
     return [[random_image(w, h, seed=10 * i + j) for j, (w, h) in enumerate(sizes)] for i, (_, sizes) in
             enumerate(CHATS)]
 
 
-def run_vllm(model_dirs: list[Path], images: list[list[Image.Image]], workdir: Path) -> subprocess.Popen:
+def run_vllm(model_dirs: list[Path], images: list[list[Image.Image]], workdir: Path,
+             cache: Path) -> subprocess.Popen:
     """chat_scenario.py started (not awaited) on each model in turn: the engine core in its process, as ``vllm
     serve`` runs it."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
-    environ |= {"TT_MODELS_BACKEND": "host", "MESH_DEVICE": "N150", "VLLM_CACHE_ROOT": str(workdir / "vllm-cache")}
+    environ |= {"TT_MODELS_BACKEND": "host", "MESH_DEVICE": "N150", "VLLM_CACHE_ROOT": str(cache)}
     conversations = [messages(text, [{"type": "image_png", "path": png(im, workdir / f"{i}-{j}.png")}
                                      for j, im in enumerate(ims)])
                      for i, ((text, _), ims) in enumerate(zip(CHATS, images))]
@@ -73,12 +83,12 @@ def run_vllm(model_dirs: list[Path], images: list[list[Image.Image]], workdir: P
 
 
 def test_chat_with_images_equals_the_class_driven_directly(model_dirs: list[Path], images: list[list[Image.Image]],
-                                                            tmp_path: Path) -> None:
+                                                            vllm_cache: Path, tmp_path: Path) -> None:
     drivers = [qwen2_5_vl_direct, gemma3_direct]  # in model_dirs' order
     requests = [[driver.chat_inputs(AutoProcessor.from_pretrained(model_dir),
                                     messages(text, [{"type": "image"}] * len(ims)), ims)
                  for (text, _), ims in zip(CHATS, images)] for driver, model_dir in zip(drivers, model_dirs)]
-    with run_vllm(model_dirs, images, tmp_path) as process:
+    with run_vllm(model_dirs, images, tmp_path, vllm_cache) as process:
         try:
             device = open_device("host")  # the references run while vLLM starts
             try:

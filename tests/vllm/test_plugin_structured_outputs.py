@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 from tests.engine.test_structured_output import CHOICES, GRAMMAR, REGEX, write_tiny_llama
 from tests.engine.test_structured_output_schemas import draw_cases
 from tests.vllm.structured_scenario import MARKER
-from tests.vllm.test_plugin_host import vllm_cache  # noqa: F401 (the fixture: this checkout's classes inspected)
+from tests.vllm.test_plugin_host import inspected
 from tt_models import LLM, SamplingParams
 from tt_models.engine.structured_output import StructuredOutputsParams
 from tt_models.runtime import mock
@@ -26,6 +28,12 @@ from tt_models.runtime import mock
 pytestmark = pytest.mark.slow
 SCENARIO = Path(__file__).with_name("structured_scenario.py")
 SIZES = dict(max_tokens=200, block_size=32, max_num_seqs=32, max_model_len=256)
+
+
+@pytest.fixture(scope="module")
+def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This checkout's Llama class and vLLM's inspected in one process (a vLLM subprocess each otherwise)."""
+    return inspected(tmp_path_factory.mktemp("vllm-cache"), ["TTLlamaForCausalLM", "LlamaForCausalLM"])
 
 
 def requests() -> tuple[list[str], list[dict[str, Any]]]:
@@ -37,32 +45,49 @@ def requests() -> tuple[list[str], list[dict[str, Any]]]:
     return prompts, constraints
 
 
-def vllm_tokens(model: Path, workdir: Path, cache: Path, prompts: list[str],
-                constraints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def vllm_tokens(model: Path, workdir: Path, cache: Path, prompts: list[str], constraints: list[dict[str, Any]],
+                meanwhile: Callable[[], Any]) -> list[dict[str, Any]]:
+    """structured_scenario.py's report; ``meanwhile`` (our side) is called here while its process runs."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
     environ |= {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
                 "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
     arguments = json.dumps({"model": str(model), "prompts": prompts, "constraints": constraints, **SIZES})
-    done = subprocess.run([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ, capture_output=True,
-                          text=True, timeout=600)
+    # Files, not pipes: output longer than a pipe's buffer would stop vLLM until ``meanwhile`` returned.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ, stdout=out,
+                              stderr=err, text=True) as process:
+            try:
+                meanwhile()
+                process.wait(timeout=600)
+            except BaseException:
+                process.kill()
+                raise
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert done.returncode == 0, f"vLLM failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
     assert lines, done.stdout[-3000:]
     return json.loads(lines[-1].removeprefix(MARKER))
 
 
-def test_greedy_tokens_equal_vllm_with_xgrammar(vllm_cache: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_greedy_tokens_equal_vllm_with_xgrammar(vllm_cache: Path, tmp_path: Path) -> None:
     model = Path(write_tiny_llama(tmp_path / "tiny-llama"))
     prompts, constraints = requests()
-    theirs = vllm_tokens(model, tmp_path, vllm_cache, prompts, constraints)
-    # The default optimizations, as the plugin passes them (``additional_config.tt.optimizations`` unset).
-    llm = LLM(str(model), backend="host", optimizations=None, max_num_seqs=SIZES["max_num_seqs"],
-              block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"])
-    params = [SamplingParams(temperature=0.0, max_tokens=SIZES["max_tokens"],
-                             structured_outputs=StructuredOutputsParams(**c, disable_any_whitespace=True))
-              for c in constraints]
-    ours = llm.generate(prompts, params)
+    ours: list[Any] = []
+
+    def generate() -> None:  # ours, while vLLM's process runs
+        # The default optimizations, as the plugin passes them (``additional_config.tt.optimizations`` unset).
+        llm = LLM(str(model), backend="host", optimizations=None, max_num_seqs=SIZES["max_num_seqs"],
+                  block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"])
+        params = [SamplingParams(temperature=0.0, max_tokens=SIZES["max_tokens"],
+                                 structured_outputs=StructuredOutputsParams(**c, disable_any_whitespace=True))
+                  for c in constraints]
+        ours.extend(llm.generate(prompts, params))
+
+    theirs = vllm_tokens(model, tmp_path, vllm_cache, prompts, constraints, meanwhile=generate)
     for i, (mine, vllm) in enumerate(zip(ours, theirs, strict=True)):
         assert vllm["finish_reason"] == "stop", (constraints[i], vllm)
         assert list(mine.outputs[0].token_ids) == vllm["tokens"], (constraints[i], mine.outputs[0].text)

@@ -1,7 +1,8 @@
 """tt-models' generator classes in TT vLLM's model registry: entry point, EXTRA_MODELS_DIR bundles, no vLLM.
 
-vLLM's import is slow and its registry process-global, so every scenario runs in a fresh process
-(scenarios.py) started outside the checkout. Those needing vLLM need the TT build of vLLM 0.25.1.
+vLLM's import is slow and its registry process-global, so the scenarios run in fresh processes (scenarios.py)
+started outside the checkout: the two needing vLLM (the TT build of vLLM 0.25.1) share one, bundles first (it must
+see a registry no plugin has touched), then entry_point.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from tt_models.vllm.registry import generator_class_names, generator_module_path
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 CLASS_NAMES = generator_class_names(generator_module_path())
-requires_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                   reason="vLLM 0.25.1 is not installed: run scripts/install_vllm.sh")
 
 
 def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
@@ -39,17 +38,28 @@ def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return done
 
 
-def scenario(name: str, workdir: Path, **env: str) -> tuple[dict[str, Any], str]:
-    """The report of ``scenarios.<name>`` run in a fresh process, and its stderr."""
-    done = run([str(SCENARIOS), name], workdir, **env)
+def scenarios(names: list[str], workdir: Path, **env: str) -> tuple[dict[str, dict[str, Any]], str]:
+    """The reports of ``scenarios.<name>`` for each of ``names``, run in turn in one fresh process, and its
+    stderr."""
+    done = run([str(SCENARIOS), *names], workdir, **env)
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
     assert lines, done.stdout[-3000:]
     return json.loads(lines[-1].removeprefix(MARKER)), done.stderr
 
 
 @pytest.fixture(scope="module")
-def entry_point(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return scenario("entry_point", tmp_path_factory.mktemp("entry-point"))[0]
+def with_vllm(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The bundles and entry_point scenarios, in that order, in one fresh vLLM process (one vLLM import instead of
+    two). Needs vLLM: missing, this fails (it never skips)."""
+    assert importlib.util.find_spec("vllm") is not None, (
+        "vLLM 0.25.1 is not installed: scripts/setup.sh installs it (scripts/install_vllm.sh)")
+    return scenarios(["bundles", "entry_point"], tmp_path_factory.mktemp("with-vllm"),
+                     EXTRA_MODELS_DIR=str(bundle_dir))[0]
+
+
+@pytest.fixture(scope="module")
+def entry_point(with_vllm: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return with_vllm["entry_point"]
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +98,14 @@ def test_interface_keeps_the_constructor_and_refuses_vllm_gpu_use() -> None:
 
 
 def test_no_vllm_is_a_logged_no_op(tmp_path: Path) -> None:
-    report, stderr = scenario("no_vllm", tmp_path)
+    reports, stderr = scenarios(["no_vllm"], tmp_path)
+    report = reports["no_vllm"]
     assert stderr.count("tt-models: vLLM is not installed; no TT vLLM models registered") == 2, stderr
     assert report["imported"] == []  # importing and calling the hook loads neither torch nor the models
 
 
-@requires_vllm
 def test_entry_point_registers_every_class_through_vllm_plugin_loading(entry_point: dict[str, Any]) -> None:
+    assert not entry_point["plugins_loaded_before"]  # (bundles ran first in its process and loaded none)
     assert entry_point["tt_archs"] == sorted(f"TT{name}" for name in CLASS_NAMES)
     assert entry_point["idempotent"]
     for name, entry in entry_point["classes"].items():
@@ -102,7 +113,6 @@ def test_entry_point_registers_every_class_through_vllm_plugin_loading(entry_poi
         assert entry["plain_name_registered"] == (not entry["vllm_knows"]), name
 
 
-@requires_vllm
 def test_vllm_inspection_of_every_class(entry_point: dict[str, Any]) -> None:
     """Inspection ran for every class (a failure aborts the scenario) and, as every class derives from
     VllmModelInterface, classifies it as text generation, which ModelConfig requires of a plain-name registration. The
@@ -124,9 +134,8 @@ def test_bundle_command_writes_one_bundle_per_class(bundle_dir: Path) -> None:
         assert (bundle_dir / name / f"{module}.py").is_file()
 
 
-@requires_vllm
-def test_bundles_register_and_resolve_as_tt_vllm_does(bundle_dir: Path, tmp_path: Path) -> None:
-    report, _ = scenario("bundles", tmp_path, EXTRA_MODELS_DIR=str(bundle_dir))
+def test_bundles_register_and_resolve_as_tt_vllm_does(with_vllm: dict[str, dict[str, Any]]) -> None:
+    report = with_vllm["bundles"]
     assert report["registered_before"] == []
     assert report["registered"] == {f"TT{name}": f"{bundle_module_name(name)}:{name}" for name in CLASS_NAMES}
     assert all(report["resolves_to_ours"].values()), report["resolves_to_ours"]
