@@ -4,7 +4,7 @@
 # whole in one of them, so a module's fixtures are built once), each computing with one thread: most tests are bound
 # by Python, not by one op's arithmetic, and two single-threaded processes use two cores better than one process with
 # two threads. Tests marked "alone" (deployments of several server processes with time bounds) run after them, by
-# themselves but for the soak test (one server at light load for minutes, about a tenth of a core), which runs
+# themselves but for the soak test (one server at light load for minutes, a twentieth of a core), which runs
 # beside both phases.
 set -uo pipefail
 cd "$(dirname "$0")/.."

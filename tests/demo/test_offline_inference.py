@@ -1,7 +1,8 @@
 """``demo/offline_inference_tt.py`` run as users run it (a subprocess, host backend).
 
 The bundled default job transcribes real speech and answers chat prompts; ``--test_increasing_seq_lens``
-completes for Whisper tiny.en, a tiny BART and SmolLM2, every length reaching ``max_tokens``.
+completes for Whisper tiny.en, a tiny BART and a tiny Llama with SmolLM2's tokenizer, every length reaching
+``max_tokens``.
 """
 
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.models.seq2seq_reference import tiny_seq2seq
+from tests.vllm.smollm2_checkpoint import write_tiny_chat_checkpoint
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,13 +43,15 @@ def test_default_job_transcribes_speech_and_answers_prompts():
 @pytest.mark.parametrize("model, decoder_limit, encoder_limit", [
     ("whisper-tiny.en", 128, "audio   30 s"),
     ("bart", 128, "encoder prompt   128 tokens"),
-    ("smollm2-135m-instruct", 128, None),
+    ("tiny-chat-llama", 128, None),
 ])
 def test_increasing_seq_lens_completes(model, decoder_limit, encoder_limit, tmp_path):
     args = ["--max_tokens", "4", "--greedy_sampling", "--max_model_len", str(decoder_limit)]
     if model == "bart":
         tiny_seq2seq("bart").save_pretrained(tmp_path)  # max_position_embeddings 128
         model = str(tmp_path)
+    elif model == "tiny-chat-llama":  # the lengths are the point, not SmolLM2's words
+        model = str(write_tiny_chat_checkpoint(tmp_path))
     out = _demo("--model", model, "--test_increasing_seq_lens", *args)
     cases = re.findall(r"^(.*): (\d+) tokens \((\w+)\)", out, re.MULTILINE)
     assert re.search(rf"test_increasing_seq_lens: {len(cases)} lengths completed", out)

@@ -117,8 +117,12 @@ def test_outputs_equal_one_instance(deployment, expected, topology):
     assert_drained(deployment)
 
 
-def test_a_small_pool_holds_encoder_outputs_back(deployment):
-    """The 1E+2PD run sent about half of its speech to pd2, whose pool takes one encoder output at a time."""
+def test_a_small_pool_holds_encoder_outputs_back(deployment, expected):
+    """pd2's pool takes one encoder output at a time: 8 segments at once through 1E+2PD, about half of them to pd2,
+    wait there for room, and come out as the one instance's."""
+    speech = CLIPS[1:] * 2
+    results = run_workload(deployment.proxies["1E+2PD"].url, speech, [], stream=False)
+    assert [r.text for r in results] == expected[1:len(CLIPS)] * 2
     text = deployment.pd2.metrics()
     assert metric(text, "tt_models:encoder_outputs_total", model_name=WHISPER, outcome="waited") > 0
     assert metric(text, "tt_models:encoder_outputs_total", model_name=WHISPER, outcome="claimed") > 1

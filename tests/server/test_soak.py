@@ -22,7 +22,7 @@ pytestmark = pytest.mark.soak
 
 MINUTES = float(os.environ.get("TT_MODELS_SOAK_MINUTES", "10"))
 KINDS = ("completion", "stream", "disconnect", "abort", "bad")  # the BART requests of bench/soak.py's mix
-PAUSE_S = 2.0  # after each request: light load (about 12% of a core), the CPU is shared with the suite
+PAUSE_S = 5.0  # after each request: light load (about a twentieth of a core), the CPU is shared with the suite
 INTERVAL_S = 10.0
 
 

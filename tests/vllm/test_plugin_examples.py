@@ -1,4 +1,5 @@
-"""The vendored TT vLLM plugin's own examples against tt-models' SmolLM2 class on the host backend, run as a TT
+"""The vendored TT vLLM plugin's own examples against tt-models' Llama class on the host backend (SmolLM2, or a tiny
+random Llama with SmolLM2's tokenizer and context where the answers' words do not matter), run as a TT
 engineer runs them (``TT_MODELS_BACKEND=host``, ``MESH_DEVICE=N150``; ``run_tt_example.py`` only aliases the
 ``vllm.inputs.data`` module the offline example imports from an older vLLM layout):
 
@@ -23,7 +24,7 @@ import openai
 import pytest
 
 from tests.server.process import free_port, wait_healthy
-from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint
+from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint, write_tiny_chat_checkpoint
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +49,13 @@ def smollm2_dir(tmp_path_factory) -> Path:
     return write_smollm2_checkpoint(tmp_path_factory.mktemp("smollm2"))
 
 
+@pytest.fixture(scope="module")
+def tiny_chat_dir(tmp_path_factory) -> Path:
+    """Where only the prompts and lengths matter (the offline example's runs): SmolLM2's tokenizer and context on a
+    tiny random Llama."""
+    return write_tiny_chat_checkpoint(tmp_path_factory.mktemp("tiny-chat"))
+
+
 def _environ() -> dict[str, str]:
     drop = ("PYTHONPATH", "VLLM_PLUGINS", "TT_VISIBLE_DEVICES", "TT_METAL_MOCK_CLUSTER_DESC_PATH")
     return {**{k: v for k, v in os.environ.items() if k not in drop}, "TT_MODELS_BACKEND": "host",
@@ -59,10 +67,10 @@ def _example(examples: Path, name: str, *args: str, cwd: Path) -> subprocess.Com
                           capture_output=True, text=True, timeout=900)
 
 
-def test_offline_example_answers_its_prompts(examples: Path, smollm2_dir: Path, tmp_path: Path) -> None:
+def test_offline_example_answers_its_prompts(examples: Path, tiny_chat_dir: Path, tmp_path: Path) -> None:
     """Every default prompt (chat-templated, at most 78 tokens) answered; one token each (the prefill's) is enough
     to answer them all, so no decode step is spent."""
-    done = _example(examples, "offline_inference_tt.py", "--model", str(smollm2_dir), "--greedy_sampling",
+    done = _example(examples, "offline_inference_tt.py", "--model", str(tiny_chat_dir), "--greedy_sampling",
                     "--max_tokens", "1", "--num_repeat_prompts", "1", "--max_model_len", "128", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-6000:]
     answers = [line for line in done.stdout.splitlines() if line.startswith("Prompt #")]
@@ -72,11 +80,10 @@ def test_offline_example_answers_its_prompts(examples: Path, smollm2_dir: Path, 
     assert "Traceback" not in done.stderr
 
 
-def test_increasing_seq_lens_end_in_vllms_length_error(examples: Path, smollm2_dir: Path, tmp_path: Path) -> None:
+def test_increasing_seq_lens_end_in_vllms_length_error(examples: Path, tiny_chat_dir: Path, tmp_path: Path) -> None:
     """At SmolLM2's whole context (8192): counting to 10 and to 100 (60 and 331 tokens) fit, counting to 2000 (8932
-    tokens) does not. The prompts run one at a time: 4 users keep the KV pool (sized for every user at full length,
-    float32 on the host backend) at 1.5 GB instead of 32 users' 12 GB."""
-    done = _example(examples, "offline_inference_tt.py", "--model", str(smollm2_dir), "--test_increasing_seq_lens",
+    tokens) does not. The prompts run one at a time (4 users: the KV pool is sized for every user at full length)."""
+    done = _example(examples, "offline_inference_tt.py", "--model", str(tiny_chat_dir), "--test_increasing_seq_lens",
                     "--greedy_sampling", "--max_tokens", "2", "--max_model_len", "8192", "--max_seqs_in_batch", "4",
                     cwd=tmp_path)
     answers = [line for line in done.stdout.splitlines() if line.startswith("Prompt #")]
