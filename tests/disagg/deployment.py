@@ -47,13 +47,17 @@ class Process:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
-    def stop(self) -> None:
+    def terminate(self) -> None:
+        """Asks it to stop (SIGTERM: a graceful stop), without waiting."""
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+
+    def stop(self) -> None:
+        self.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics", timeout=10).text

@@ -58,7 +58,10 @@ class Deployment:
                    for p in [*encoders, *decoders])
 
     def stop(self) -> None:
-        for process in [*self.proxies.values(), *self.servers]:
+        processes = [*self.proxies.values(), *self.servers]
+        for process in processes:  # all at once: their graceful stops overlap
+            process.terminate()
+        for process in processes:
             process.stop()
         self.redis.stop()
 
