@@ -19,7 +19,8 @@ SHAPES = [(1, 1, gemma3.VOCAB), (MAX_BATCH, 1, gemma3.VOCAB)]  # prefill's and d
 # Each chip of an n300 one tile of the hidden widths (64), one 32-wide head of each tower and the text (2 heads, one
 # KV head: replicated on both chips); the vision MLPs 48 columns a chip (not whole tiles, as real towers' split).
 TEXT = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
-# Gemma 3: one sliding and one global layer; a 32 px image of 8 px patches pooled into 4 tokens.
+# Gemma 3: one sliding and one global layer; an image of 2 crops (as pan-and-scan gives it: the tower runs them as one
+# batch) of 32 px, 8 px patches pooled into 4 tokens each.
 GEMMA3_TEXT = TEXT | dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
 GEMMA3_VISION = dict(hidden_size=64, num_hidden_layers=1, intermediate_size=96, image_size=32)
 # Qwen2.5-VL: one window and one full-attention vision block; a 112 x 56 image (2 windows of 2 x 2 merge units).
@@ -30,10 +31,10 @@ QWEN_VISION = dict(depth=2, fullatt_block_indexes=[1], intermediate_size=96, out
 def _gemma3() -> tuple[Any, Any, list[int], dict[str, Any]]:
     hf = gemma3.tiny_gemma3(**GEMMA3_VISION, text=GEMMA3_TEXT, tokens_per_image=4)
     processor = gemma3.image_processor(size=32)
-    pixel_values = list(processor(images=[gemma3.random_image(40, 30, seed=0)], return_tensors="pt")["pixel_values"]
-                        .split(1))
-    tokens = [5, 6, gemma3.START_OF_IMAGE] + [gemma3.IMAGE_TOKEN] * 4 + [gemma3.END_OF_IMAGE, 7]
-    return hf, Gemma3ForConditionalGeneration, tokens, dict(pixel_values=[pixel_values])
+    crops = processor(images=[gemma3.random_image(40, 30, seed=i) for i in range(2)], return_tensors="pt")
+    image = [gemma3.START_OF_IMAGE] + [gemma3.IMAGE_TOKEN] * 4 + [gemma3.END_OF_IMAGE]
+    tokens = [5, 6] + image + image + [7]
+    return hf, Gemma3ForConditionalGeneration, tokens, dict(pixel_values=[[crops["pixel_values"]]])
 
 
 def _qwen2_5_vl() -> tuple[Any, Any, list[int], dict[str, Any]]:

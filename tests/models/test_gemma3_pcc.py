@@ -28,6 +28,7 @@ from tests.models.gemma3_reference import (
     IMAGE_TOKEN, SLIDING_WINDOW, UNTILED_HEADS, hf_inputs, processed, prompt, random_image, tiny_gemma3,
 )
 from tests.models.hf_reference import pcc
+from tt_models.models.gemma3 import model as gemma3_model
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.gemma3.masks import MASKED, prefill_mask
 from tt_models.runtime import close_device, host, open_device, use
@@ -106,17 +107,22 @@ def test_prefill_masks_match_hf(hf, cases):
 
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("heads", ["tiled", "untiled"])
-def test_image_tokens_match_hf(hf, images, host_device, profile, heads):
+def test_image_tokens_match_hf(hf, images, host_device, profile, heads, monkeypatch):
     """The vision tower and projector: each image's ``mm_tokens_per_image`` tokens (vision heads of 32, and of 48
-    zero-padded to 64)."""
+    zero-padded to 64). A prompt's images (pan-and-scan crops alike) run as one batch, and in chunks past the patch
+    budget: each image's tokens bit for bit as it alone gives them (attention stays within an image)."""
     hf = hf if heads == "tiled" else tiny_gemma3(**UNTILED_HEADS)
     model = Gemma3ForConditionalGeneration.from_state_dict(hf.config, hf.state_dict(), host_device, MAX_BATCH,
-                                                           max_seq_len=MAX_LEN, optimizations=profile)
+                                                           max_seq_len=MAX_LEN, optimizations=profile).models[0]
     with use(host_device), torch.no_grad():
-        scores = [pcc(host.to_torch(model.models[0].image_tokens(pv[0]))[0, 0].float(),
-                      hf.model.get_image_features(pv).pooler_output[0]) for pv in images]
+        alone = [host.to_torch(model.image_tokens(pv[0]))[0, 0] for pv in images]
+        scores = [pcc(a.float(), hf.model.get_image_features(pv).pooler_output[0]) for a, pv in zip(alone, images)]
+        batched = host.to_torch(model.image_table([pv[0] for pv in images]))[0, 0]
+        monkeypatch.setattr(gemma3_model, "MAX_PATCHES_PER_FORWARD", 2 * model.vision_args.patches_per_side ** 2)
+        chunked = host.to_torch(model.image_table([pv[0] for pv in images]))[0, 0]  # batches of 2 and 1
     print(f"\nimage tokens, {heads} heads, {profile}: PCC {[round(s, 5) for s in scores]}")
     assert min(scores) >= THRESHOLD
+    assert torch.equal(batched, torch.cat(alone)) and torch.equal(chunked, torch.cat(alone))
 
 
 class PluginBatch:

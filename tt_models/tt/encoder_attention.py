@@ -1,4 +1,4 @@
-"""Bidirectional self-attention of an encoder: one sequence at a time, no KV cache (heads split over a mesh's chips
+"""Bidirectional self-attention of an encoder: each batch row one sequence, no KV cache (heads split over a mesh's chips
 as in :class:`~tt_models.tt.attention.Attention`). With ``rotary`` (Qwen2.5-VL's vision tower) Q/K are rotated by
 ``rotary_embedding_llama`` with the cos/sin the caller gives per token."""
 
@@ -28,8 +28,9 @@ class EncoderAttention:
                          weight_dtype, bias=state.get(f"{prefix}{out_proj}.bias"), parallel="row")
 
     def forward(self, x: Any, attn_mask: Any = None, rot: tuple[Any, Any] | None = None, trans_mat: Any = None) -> Any:
-        """``x [1, 1, S, dim]``; keys past the logical ``S`` (tile padding) are masked by the op itself, others by
-        the additive ``attn_mask [1, 1, S, S]`` if given. ``rot``: cos/sin ``[1, 1, S, head_dim]`` (rotary only)."""
+        """``x [B, 1, S, dim]``: B sequences, each attending only itself (Gemma 3's batched images; the other
+        towers run one); keys past the logical ``S`` (tile padding) are masked by the op itself, others by the
+        additive ``attn_mask [1, 1, S, S]`` if given. ``rot``: cos/sin ``[1, 1, S, head_dim]`` (rotary only)."""
         xqkv = self.wqkv.forward(x)
         q, k, v = ttnn.experimental.nlp_create_qkv_heads(
             xqkv, num_heads=self.n_local_heads, num_kv_heads=self.n_local_heads, transpose_k_heads=False)

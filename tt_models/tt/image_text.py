@@ -38,10 +38,14 @@ class ImageTextModel(ABC):
     def image_table(self, *per_image: Sequence[Any]) -> Any:
         """The tokens of a request's images, one after the other: ``[1, 1, image tokens, text dim]``. ``per_image``:
         one sequence per argument of :meth:`image_tokens`, an entry per image."""
-        parts = [self.image_tokens(*image) for image in zip(*per_image)]
-        if len(parts) == 1:
-            return parts[0]
-        table = ttnn.concat(parts, dim=2)
-        for part in parts:
-            ttnn.deallocate(part)
-        return table
+        return concat_tokens([self.image_tokens(*image) for image in zip(*per_image)])
+
+
+def concat_tokens(parts: list[Any]) -> Any:
+    """Image tokens ``[1, 1, n_i, dim]`` one after the other ``[1, 1, sum n_i, dim]``; the parts are freed."""
+    if len(parts) == 1:
+        return parts[0]
+    table = ttnn.concat(parts, dim=2)
+    for part in parts:
+        ttnn.deallocate(part)
+    return table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -11,8 +11,13 @@ from tt_models.models.gemma3.projector import Projector
 from tt_models.models.gemma3.text import Gemma3Text
 from tt_models.models.gemma3.vision import VisionArgs, VisionTower
 from tt_models.runtime import ttnn
-from tt_models.tt.image_text import ImageTextModel
+from tt_models.tt.image_text import ImageTextModel, concat_tokens
 from tt_models.tt.model_config import Precision, default_profile
+
+# Patch rows per vision forward: tt-metal's Gemma 3 runs at most 3 images of 896 px (4096 patches each) per forward
+# ("Device runs OOM with batch size > 3", models/demos/gemma3/tt/gemma_e2e_model.py); smaller towers batch more
+# images in the same rows.
+MAX_PATCHES_PER_FORWARD = 3 * 4096
 
 
 def text_precision(hf_config: Any, optimizations: str | None) -> Precision:
@@ -36,10 +41,22 @@ class Gemma3Model(ImageTextModel):
 
     def image_tokens(self, pixel_values: torch.Tensor) -> Any:
         """One image ``[C, H, W]`` -> its tokens ``[1, 1, mm_tokens_per_image, text dim]`` on the device."""
-        patches = self.vision.forward(pixel_values)
-        out = self.projector.forward(patches)
+        return self._encode(pixel_values[None])
+
+    def image_table(self, pixel_values: Sequence[torch.Tensor]) -> Any:
+        """A prompt's images ``[C, H, W]`` (pan-and-scan crops are images too) -> their tokens one after the other
+        ``[1, 1, images * mm_tokens_per_image, text dim]``. Every image has the tower's one size, so they go through
+        it as one batch, in chunks of at most ``MAX_PATCHES_PER_FORWARD`` patch rows."""
+        images = torch.stack(list(pixel_values))
+        step = max(1, MAX_PATCHES_PER_FORWARD // self.vision_args.patches_per_side ** 2)
+        return concat_tokens([self._encode(images[i:i + step]) for i in range(0, len(images), step)])
+
+    def _encode(self, images: torch.Tensor) -> Any:
+        """``[B, C, H, W]`` -> the images' tokens one after the other ``[1, 1, B * mm_tokens_per_image, text dim]``."""
+        patches = self.vision.forward(images)
+        tokens = self.projector.forward(patches)
         ttnn.deallocate(patches)
-        return out
+        return ttnn.reshape(tokens, (1, 1, len(images) * self.tokens_per_image, tokens.shape[-1]))
 
     def blank_image(self) -> tuple[torch.Tensor]:
         args = self.vision_args

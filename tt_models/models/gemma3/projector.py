@@ -3,8 +3,8 @@
 HF's ``Gemma3MultiModalProjector``: average pooling of the ``side x side`` patch grid in ``k x k`` squares
 (``k = side / sqrt(mm_tokens_per_image)``), Gemma's RMSNorm ``(1 + w)``, and the projection
 ``mm_input_projection_weight [vision dim, text dim]``. The pooling is one matmul with a constant ``[tokens, patches]``
-matrix (``1 / k^2`` where a patch falls in a token's square), built on the host. On a mesh the projection is
-column-parallel, its output gathered whole on every chip (as Mllama's projector).
+matrix (``1 / k^2`` where a patch falls in a token's square), built on the host, broadcast over a batch of images.
+On a mesh the projection is column-parallel, its output gathered whole on every chip (as Mllama's projector).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Projector:
                                  parallel="column")
 
     def forward(self, patches: Any) -> Any:
-        """``[1, 1, patches, vision dim]`` (whole) -> ``[1, 1, tokens, text dim]`` (whole on every chip)."""
+        """``[B, 1, patches, vision dim]`` (whole) -> ``[B, 1, tokens, text dim]`` (whole on every chip)."""
         pooled = ttnn.matmul(self.pool, patches)
         normed = self.norm.forward(pooled)
         ttnn.deallocate(pooled)

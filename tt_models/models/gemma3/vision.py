@@ -1,4 +1,7 @@
-"""Gemma 3's SigLIP vision tower in TT-NN: one image ``[C, H, W]`` -> its patches' states ``[1, 1, patches, dim]``.
+"""Gemma 3's SigLIP vision tower in TT-NN: a batch of images ``[B, C, H, W]`` (every image and pan-and-scan crop is
+resized to the one square the tower takes) -> their patches' states ``[B, 1, patches, dim]``. Each image is one batch
+row of every op: the attention runs per row (images never attend one another), the matmuls stream the weights once
+for the batch, as tt-metal's Gemma 3 tower runs its images.
 
 HF's ``SiglipVisionModel`` up to ``last_hidden_state`` (Gemma 3 does not use SigLIP's pooling head):
 
@@ -69,11 +72,11 @@ class VisionArgs:
 
 
 def flat_patches(pixel_values: torch.Tensor, patch_size: int) -> torch.Tensor:
-    """``[C, H, W]`` -> ``[patches, C * p * p]``: patches row-major, each in the conv weight's order."""
-    channels, height, width = pixel_values.shape
+    """``[B, C, H, W]`` -> ``[B, patches, C * p * p]``: patches row-major, each in the conv weight's order."""
+    batch, channels, height, width = pixel_values.shape
     p = patch_size
-    grid = pixel_values.reshape(channels, height // p, p, width // p, p).permute(1, 3, 0, 2, 4)
-    return grid.reshape((height // p) * (width // p), channels * p * p)
+    grid = pixel_values.reshape(batch, channels, height // p, p, width // p, p).permute(0, 2, 4, 1, 3, 5)
+    return grid.reshape(batch, (height // p) * (width // p), channels * p * p)
 
 
 def padded_heads(state: dict[str, torch.Tensor], prefix: str, args: VisionArgs) -> dict[str, torch.Tensor]:
@@ -136,17 +139,20 @@ class VisionTower:
                                    args.norm_eps, device)
 
     def forward(self, pixel_values: torch.Tensor) -> Any:
-        """One image ``[C, image_size, image_size]`` as HF's processor gives it -> ``[1, 1, patches, dim]``."""
+        """Images ``[B, C, image_size, image_size]`` as HF's processor gives them -> ``[B, 1, patches, dim]``."""
         args = self.args
         expected = (args.channels, args.image_size, args.image_size)
-        if tuple(pixel_values.shape) != expected:
-            raise ValueError(f"pixel_values {list(pixel_values.shape)}: expected {list(expected)}")
+        if pixel_values.dim() != 4 or tuple(pixel_values.shape[1:]) != expected:
+            shape = ", ".join(map(str, expected))
+            raise ValueError(f"pixel_values {list(pixel_values.shape)}: expected [images, {shape}]")
         rows = torch.nn.functional.pad(flat_patches(pixel_values.float(), args.patch_size),
                                        (0, self.padded_width - args.patch_width))
-        patches = as_tensor(rows[None, None], self.device)
+        patches = as_tensor(rows[:, None], self.device)
         embedded = ttnn.linear(patches, self.patch_weight, bias=self.patch_bias)
         ttnn.deallocate(patches)
-        x = ttnn.add(embedded, self.positions)  # fractured, as the column-parallel patch embedding comes out
+        # The position embeddings [1, 1, patches, dim] broadcast over the images; fractured, as the column-parallel
+        # patch embedding comes out.
+        x = ttnn.add(embedded, self.positions)
         ttnn.deallocate(embedded)
         for layer in self.layers:
             out = layer.forward(x)
