@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,14 +34,18 @@ PLUGIN_SOURCE = Path(os.environ.get("TT_VLLM_PLUGIN_SOURCE",
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory) -> Path:
-    """The plugin's ``examples/`` directory from the vendored source."""
-    out = tmp_path_factory.mktemp("plugin")
+def extract_examples(out: Path) -> Path:
+    """The plugin's ``examples/`` directory from the vendored source, extracted under ``out``."""
     with tarfile.open(PLUGIN_SOURCE) as tar:
         members = [m for m in tar.getmembers() if "/examples/" in m.name]
         tar.extractall(out, members=members, filter="data")
     return next(out.glob("*/examples"))
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory) -> Path:
+    """The plugin's ``examples/`` directory, extracted once for this module."""
+    return extract_examples(tmp_path_factory.mktemp("plugin"))
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +98,21 @@ def test_increasing_seq_lens_end_in_vllms_length_error(examples: Path, tiny_chat
 
 
 @contextmanager
-def _servers(*servers: tuple[list[str], Path, Path]) -> Iterator[list[str]]:
-    """Starts every ``(command, cwd, log)`` server at once (their startups overlap), yields their URLs when all
-    are healthy, stops them all."""
+def running_servers(*servers: tuple[list[str], Path, Path], env: dict[str, str] | None = None,
+                    meanwhile: Callable[[], object] | None = None) -> Iterator[list[str]]:
+    """Starts every ``(command, cwd, log)`` server at once (their startups overlap; ``env`` added to the example
+    environment), calls ``meanwhile`` while they start, yields their URLs when all are healthy, stops them all."""
     processes, urls = [], []
     try:
         for command, cwd, log in servers:
             port = free_port()
             with open(log, "w") as out:
                 processes.append(subprocess.Popen([*command, "--port", str(port)], stdout=out,
-                                                  stderr=subprocess.STDOUT, cwd=cwd, env=_environ()))
+                                                  stderr=subprocess.STDOUT, cwd=cwd,
+                                                  env={**_environ(), **(env or {})}))
             urls.append(f"http://127.0.0.1:{port}")
+        if meanwhile is not None:
+            meanwhile()
         deadline = time.monotonic() + 300
         for process, url, (_, _, log) in zip(processes, urls, servers):
             wait_healthy(url, process, log, seconds=deadline - time.monotonic())
@@ -137,7 +145,8 @@ def test_server_example_answers_as_tt_models_serve(examples: Path, smollm2_dir: 
                    "--max_num_seqs", "4", "--max_model_len", "256"]
     ours_command = [sys.executable, "-m", "tt_models.server.cli", "serve", str(smollm2_dir), "--max-num-seqs", "4",
                     "--block-size", "64", "--max-model-len", "256", "--backend", "host"]
-    with _servers((vllm_server, tmp_path, tmp_path / "vllm.log"), (ours_command, ROOT, tmp_path / "ours.log")) as urls:
+    with running_servers((vllm_server, tmp_path, tmp_path / "vllm.log"),
+                         (ours_command, ROOT, tmp_path / "ours.log")) as urls:
         theirs, ours = (_answers(url) for url in urls)
     print(theirs)
     assert "Paris" in theirs["chat"]
