@@ -1,7 +1,7 @@
 """The image models of TT vLLM's V1 image path, Qwen2.5-VL and Gemma 3, in tt-models' engine (host backend, tiny
 checkpoint directories with their processor files): ``LLM.chat`` with image messages and ``LLM.generate`` with
 ``multi_modal_data`` give HF's processor's prompt tokens and the greedy tokens of the class driven directly with them
-(tests/models/qwen2_5_vl_direct.py, tests/models/gemma3_direct.py); chunked prefill with chunk boundaries inside the
+(tests/models/prompt_image_direct.py); chunked prefill with chunk boundaries inside the
 images' tokens (a chunk holding image tokens reruns the prompt with the images) and preemption by recomputation (the
 vision tower reruns) keep them up to a near-tie: a chunk reads its prompt's earlier K/V back from the bfloat8 cache,
 where a whole prefill uses them as computed (the tiny Qwen's request 0 flips at its 4th token, margin 0.005)."""
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 import pytest
 from PIL import Image
 from transformers import AutoProcessor
 
-from tests.models import gemma3_direct, qwen2_5_vl_direct
 from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
 from tests.models.images import random_image
+from tests.models.prompt_image_direct import chat_inputs, greedy_direct
 from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import close_device, open_device
@@ -38,7 +37,6 @@ NEAR_TIE = 0.1  # largest logprob margin at which a chunked run may flip a greed
 @dataclass(frozen=True)
 class Family:
     write_checkpoint: Callable[[Path], Path]
-    direct: ModuleType  # chat_inputs and greedy_direct of the class driven directly
     placeholder: str  # the image token, as a regex
     # Chunks that end inside the first image of every image prompt, and a KV pool of 32-token blocks that admits the
     # first three prompts; the text-only one then grows into another block, which preempts the newest, the two-image
@@ -50,9 +48,9 @@ class Family:
 # Qwen2.5-VL: 28, 28 + 12 and 64 image tokens, prompts 55, 83, 103 and 125 tokens (2 + 3 + 4 blocks admitted).
 # Gemma 3: every image resized to 64 x 64 (16 tokens), prompts 23, 40, 65 and 61 tokens (1 + 2 + 3 blocks).
 FAMILIES = {
-    "qwen2.5-vl": Family(write_tiny_qwen2_5_vl_checkpoint, qwen2_5_vl_direct, "<\\|image_pad\\|>",
+    "qwen2.5-vl": Family(write_tiny_qwen2_5_vl_checkpoint, "<\\|image_pad\\|>",
                          chunked=dict(max_num_batched_tokens=32), preempted=dict(num_kv_blocks=9)),
-    "gemma3": Family(write_tiny_gemma3_checkpoint, gemma3_direct, "<start_of_image>",
+    "gemma3": Family(write_tiny_gemma3_checkpoint, "<start_of_image>",
                      chunked=dict(max_num_batched_tokens=16), preempted=dict(max_model_len=128, num_kv_blocks=6))}
 
 
@@ -86,19 +84,18 @@ def processor(model_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def requests(family: Family, images: list[list[Image.Image]], processor: Any) -> list[Any]:
+def requests(images: list[list[Image.Image]], processor: Any) -> list[Any]:
     """HF's processor's prompt tokens and image inputs of each chat."""
-    return [family.direct.chat_inputs(processor, user(text, [{"type": "image"}] * len(ims)), ims)
+    return [chat_inputs(processor, user(text, [{"type": "image"}] * len(ims)), ims)
             for (text, _), ims in zip(CHATS, images)]
 
 
 @pytest.fixture(scope="module")
-def reference(family: Family, model_dir: Path, requests: list[Any]) -> list[list[int]]:
+def reference(model_dir: Path, requests: list[Any]) -> list[list[int]]:
     device = open_device("host")
     try:
-        return family.direct.greedy_direct(model_dir, device, requests, max_tokens=MAX_TOKENS,
-                                           max_batch_size=SIZES["max_num_seqs"], block_size=SIZES["block_size"],
-                                           max_model_len=SIZES["max_model_len"])
+        return greedy_direct(model_dir, device, requests, max_tokens=MAX_TOKENS, max_batch_size=SIZES["max_num_seqs"],
+                             block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"])
     finally:
         close_device(device)
 

@@ -1,8 +1,7 @@
 """The real TT vLLM plugin serving tt-models' Qwen2.5-VL and Gemma 3 with image prompts on the host backend:
 ``vllm.LLM.chat`` with PIL images goes through vLLM's own processor of each (registered on the TT class) and the
 plugin's ``pixel_values`` gathering (Qwen2.5-VL: with ``image_grid_thw`` and its M-RoPE deltas); the prompt tokens
-equal HF's processor's and the greedy tokens the class driven directly with them (tests/models/qwen2_5_vl_direct.py,
-tests/models/gemma3_direct.py).
+equal HF's processor's and the greedy tokens the class driven directly with them (tests/models/prompt_image_direct.py).
 
 One process (chat_scenario.py, fresh, the engine cores its children) starts one engine per model in turn, each
 serving every conversation: one image, two images of other sizes, text only.
@@ -31,10 +30,10 @@ import pytest
 from PIL import Image
 from transformers import AutoProcessor
 
-from tests.models import gemma3_direct, qwen2_5_vl_direct
 from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
 from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
-from tests.models.qwen2_5_vl_reference import random_image
+from tests.models.images import random_image
+from tests.models.prompt_image_direct import chat_inputs, greedy_direct
 from tests.vllm.chat_scenario import MARKER
 from tests.vllm.test_plugin_examples import RUNNER, extract_examples, running_servers
 from tests.vllm.test_plugin_host import inspected
@@ -46,7 +45,6 @@ SIZES = dict(max_tokens=6, block_size=32, max_num_seqs=4, max_model_len=256)
 # (text, images as (width, height)): landscape 8 x 14 patches, then it beside a portrait 12 x 4; text only.
 CHATS = [("What is in this image?", [(200, 120)]), ("Compare the two pictures.", [(200, 120), (60, 180)]),
          ("Hello, how are you today?", [])]
-DRIVERS = [qwen2_5_vl_direct, gemma3_direct]  # in model_dirs' order
 NOT_AN_IMAGE = "data:image/png;base64," + base64.b64encode(b"not an image").decode()
 
 
@@ -82,9 +80,8 @@ def images() -> list[list[Image.Image]]:
 @pytest.fixture(scope="module")
 def chat_requests(model_dirs: list[Path], images: list[list[Image.Image]]) -> list[list[Any]]:
     """Each model's ``chat_inputs`` of every chat (HF's processor's prompt tokens and pixels)."""
-    return [[driver.chat_inputs(AutoProcessor.from_pretrained(model_dir),
-                                messages(text, [{"type": "image"}] * len(ims)), ims)
-             for (text, _), ims in zip(CHATS, images)] for driver, model_dir in zip(DRIVERS, model_dirs)]
+    return [[chat_inputs(AutoProcessor.from_pretrained(model_dir), messages(text, [{"type": "image"}] * len(ims)), ims)
+             for (text, _), ims in zip(CHATS, images)] for model_dir in model_dirs]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +91,10 @@ def references(model_dirs: list[Path], chat_requests: list[list[Any]]) -> list[l
     startup, the other reuses them."""
     device = open_device("host")
     try:
-        return [driver.greedy_direct(model_dir, device, model_requests, max_tokens=SIZES["max_tokens"],
-                                     max_batch_size=SIZES["max_num_seqs"], block_size=SIZES["block_size"],
-                                     max_model_len=SIZES["max_model_len"])
-                for driver, model_dir, model_requests in zip(DRIVERS, model_dirs, chat_requests)]
+        return [greedy_direct(model_dir, device, model_requests, max_tokens=SIZES["max_tokens"],
+                              max_batch_size=SIZES["max_num_seqs"], block_size=SIZES["block_size"],
+                              max_model_len=SIZES["max_model_len"])
+                for model_dir, model_requests in zip(model_dirs, chat_requests)]
     finally:
         close_device(device)
 
