@@ -403,6 +403,17 @@ def test_embedding_layout_defaults_to_weight_layout():
     assert_matches(out, held(table)[torch.tensor([[3, 0, 1]])], BF16, layout=TILE, exact=True)
 
 
+def test_plus_one_writes_its_input():
+    """A decode step's positions advanced in place (skipping padding rows' -1, and INT32_MAX, with
+    ``skip_negative_entries``), int32 wrapping at its range otherwise, as the real op does."""
+    for dtype, skip, values, expected in ((host.int32, True, [3, -1, 0, 2**31 - 1], [4, -1, 1, 2**31 - 1]),
+                                          (host.int32, False, [3, -1, 0, 2**31 - 1], [4, 0, 1, -2**31]),
+                                          (host.uint32, False, [3, 0, 2**32 - 1], [4, 1, 0])):
+        t = host.from_torch(torch.tensor([values], dtype=torch.int64), dtype=dtype, layout=RM, device=DEV)
+        assert host.plus_one(t, skip_negative_entries=skip) is t
+        assert host.to_torch(t).to(torch.int64).tolist() == [expected]
+
+
 # --- validation ----------------------------------------------------------------------------------
 
 def _invalid_calls():

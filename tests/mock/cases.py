@@ -198,6 +198,13 @@ def copy_host_to_device(ttnn, device):  # the generator's persistent decode inpu
     return on_device
 
 
+def plus_one(ttnn, device):  # a decode step advancing its positions and rotary indices on the device
+    positions, index = ints(ttnn, device, [[3, -1, 7, 0]]), ints(ttnn, device, [[3, 0, 7, 0]], ttnn.uint32)
+    ttnn.plus_one(positions, skip_negative_entries=True)
+    ttnn.plus_one(index)
+    return positions, index
+
+
 def getitem(ttnn, device):  # tt_transformers: k_fill[:, :, :page_len, :] before paged_fill_cache
     x = tile(ttnn, device, rand(1, 2, 128, 64))
     return x[:, :, :64, :]
@@ -498,8 +505,8 @@ def token_selection(ttnn, device):
 
 
 VALID = [from_to_torch, to_layout, typecast, memory_configs, reshape_permute, concat, slice_, more_data_movement,
-         copy_host_to_device, getitem, add_multiply, more_eltwise, activations, rms_norm, layer_norm, embedding,
-         linear, matmul, create_qkv_heads, create_qkv_heads_decode, concat_heads, concat_heads_decode,
+         copy_host_to_device, plus_one, getitem, add_multiply, more_eltwise, activations, rms_norm, layer_norm,
+         embedding, linear, matmul, create_qkv_heads, create_qkv_heads_decode, concat_heads, concat_heads_decode,
          rotary_prefill, rotary_decode, paged_fill_cache, paged_update_cache, paged_update_cache_unpaged,
          paged_fused_update_cache, fill_update_cache, sdpa_causal, sdpa_masked, sdpa_cross, sdpa_chunked,
          paged_sdpa_decode_causal, paged_sdpa_decode_cross, sdpa_decode, token_selection]

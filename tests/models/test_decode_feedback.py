@@ -13,9 +13,13 @@ import pytest
 import torch
 
 from tests.models.gemma3_reference import processed, prompt, random_image, tiny_gemma3
+from tests.models.hf_reference import tiny_model
 from tests.models.test_decode_trace import BLOCK, MAX_BATCH, MAX_LEN, NUM_BLOCKS, _kv, build
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.runtime import ttnn, use
+from tt_models.tt.decode_inputs import to_device
+from tt_models.tt.rope import RotarySetup, RotaryTable
 
 NEW_TOKENS, JOIN_AFTER = (3, 7, 6), 2  # per request; request 0 leaves first, and request 1 moves to its slot
 # Seeded top-k sampling (a row's draw depends on its seed and position): tiny models' greedy runs repeat one token,
@@ -89,3 +93,22 @@ def test_tokens_fed_back_on_the_device_equal_synchronous_ones(host_device, name,
     assert sync.feedback.steps == 0 and fed.feedback.steps == 3
     assert [len(t) for t in got] == list(NEW_TOKENS)
     assert any(a != b for t in got for a, b in zip(t, t[1:])), "a run of one repeated token proves nothing"
+    if name in ("mistral-window", "qwen2.5-vl"):  # the Llama family's step advances its positions on the device
+        assert fed.traces.skipped["current_pos"] == fed.traces.skipped["rot_idx"] == fed.feedback.steps
+
+
+def test_rotary_rows_looked_up_on_the_device_equal_the_hosts(host_device):
+    """The Llama family's decode looks its cos/sin rows up on the device from each user's rotary index (so that the
+    step can advance it itself): the rows the rotary op reads (each user's first) equal the host-built ones, bit for
+    bit; padding rows (position -1) read position 0's."""
+    hf = tiny_model("llama-gqa")
+    with use(host_device):
+        rope = RotarySetup(hf.config, hf.config.head_dim, host_device, decode_rows=32)
+        table = RotaryTable(rope, max_seq_len=MAX_LEN)
+        positions = torch.cat([torch.randint(0, MAX_LEN, (24,), generator=torch.Generator().manual_seed(0)),
+                               torch.full((8,), -1)])
+        host = to_device(rope.decode_inputs(positions), host_device)
+        index = to_device({"rot_idx": table.decode_index(positions, positions)}, host_device)["rot_idx"]
+        for expected, got in zip((host["cos"], host["sin"]), table.decode_rows(index)):
+            assert got.memory_config() == expected.memory_config()
+            assert torch.equal(ttnn.to_torch(got)[:, :, :1], ttnn.to_torch(expected)[:, :, :1])

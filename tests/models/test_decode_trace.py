@@ -111,14 +111,37 @@ def test_traced_only_decode_is_bit_identical_to_eager_only(host_device, name):
     assert not model.traces.captures
 
 
-def test_traces_are_released_through_their_own_devices_api(mock_device, host_device):
-    """A generator's finalizer releases its traces whenever it is collected, with whichever device's API is active
-    then: a host generator's must still go to the host backend (the real ttnn refuses a host device)."""
+def test_traced_steps_copy_a_page_table_only_when_it_changed_and_release_through_their_own_api(mock_device,
+                                                                                               host_device):
+    """Page tables change only when a row crosses a block boundary: a traced step skips copying an unchanged one, and
+    a changed one takes effect. Row 0 crosses into its second block at step 2; the column it then gets named row 1's
+    block before (a stale tail), so a skipped copy would write row 0's K/V over row 1's and change row 1's logits.
+    The runner refills its table in place, as TT vLLM's does.
+
+    Then: a generator's finalizer releases its traces whenever it is collected, with whichever device's API is
+    active then: a host generator's must still go to the host backend (the real ttnn refuses a host device)."""
     hf = tiny_model("llama-gqa")
     model = LlamaForCausalLM.from_state_dict(hf.config, hf.state_dict(), host_device, MAX_BATCH, max_seq_len=MAX_LEN)
-    model.decode_forward(tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([0, -1, -1, -1]),
-                         page_table=torch.zeros(MAX_BATCH, 1, dtype=torch.int32), kv_cache=_kv(model),
-                         enable_trace=True)
+    tokens = torch.randint(3, hf.config.vocab_size, (3, MAX_BATCH, 1), generator=torch.Generator().manual_seed(3))
+
+    def decode(enable_trace):
+        kv, table, logits = _kv(model), torch.zeros(MAX_BATCH, 2, dtype=torch.int32), []
+        table[:2] = torch.tensor([[3, 5], [5, 3]])
+        for step in range(3):
+            if step == 2:
+                table[0, 1] = 7  # row 0 at position 32
+            logits.append(model.decode_forward(tokens=tokens[step], start_pos=torch.tensor([30 + step, step, -1, -1]),
+                                               page_table=table, kv_cache=kv, enable_trace=enable_trace))
+        return logits
+
+    eager, traced = decode(enable_trace=False), decode(enable_trace=True)
+    assert all(torch.equal(got, expected) for got, expected in zip(traced, eager))
+    # Copied into the capture at step 0 and again at step 2 only; the positions, which the step advances on the
+    # device, at step 0 only.
+    traces = model.traces
+    assert [(traces.copies[name], traces.skipped[name]) for name in ("page_table", "current_pos", "rot_idx")] == \
+        [(2, 1), (1, 2), (1, 2)]
+
     assert len(model.traces.captures) == 1
     with use(mock_device):
         model.release_traces()

@@ -8,8 +8,8 @@ in. Eager decode moves them to the device; traced decode copies them into the te
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import torch
 
@@ -21,6 +21,11 @@ from tt_models.tt.weights import mesh_mapper
 class HostInput:
     tensor: Any  # a ttnn host tensor
     memory_config: Any
+    # Of a tracked input (:func:`tracked_ints`) only: the values ``tensor`` holds (those the results depend on), which
+    # a traced step compares with those its capture holds, skipping an equal input's copy; and what one step does to
+    # them on the device.
+    values: torch.Tensor | None = None
+    advance: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     @property
     def signature(self) -> tuple:
@@ -44,6 +49,26 @@ def host_ints(values: torch.Tensor, device: Any, dtype: Any = None) -> HostInput
     tensor = ttnn.from_torch(values.to(torch.int32).contiguous(), dtype=dtype or ttnn.int32,
                              layout=ttnn.ROW_MAJOR_LAYOUT, mesh_mapper=mesh_mapper(device))
     return HostInput(tensor, ttnn.DRAM_MEMORY_CONFIG)
+
+
+def tracked_ints(values: torch.Tensor, device: Any, dtype: Any = None, *,
+                 advance: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 compared: torch.Tensor | None = None) -> HostInput:
+    """Indices as :func:`host_ints` whose device values a trace keeps track of, so that it copies them only when they
+    changed: page tables (self or cross), which the device only reads and which change only when a row crosses a
+    block boundary or the batch's layout changes; and positions a step advances on the device itself (``advance``:
+    what the step does to them, ``ttnn.plus_one``'s effect), which the next step's host values equal unless the
+    batch changed. ``compared``: what of ``values`` the results depend on, when not all of them (``-1`` in rows
+    whose results are discarded)."""
+    values = values.to(torch.int32).contiguous()
+    compared = values if compared is None else compared.to(torch.int32)
+    # A copy: the runner may refill its table in place.
+    return replace(host_ints(values, device, dtype), values=compared.clone(), advance=advance)
+
+
+def advanced_positions(positions: torch.Tensor) -> torch.Tensor:
+    """``ttnn.plus_one(positions, skip_negative_entries=True)``: padding rows (``-1``) stay."""
+    return torch.where(positions >= 0, positions + 1, positions)
 
 
 def to_device(inputs: HostInputs, device: Any) -> dict[str, Any]:

@@ -36,6 +36,10 @@ from tt_models.tt.weights import as_tensor, logits_to_host, to_host
 from tt_models.vllm import VllmModelInterface
 
 
+# A replica's host decode inputs: ``(model, rows, tokens, positions, page_table)``, the last three the replica's rows.
+DecodeBuilder = Callable[[Any, slice, torch.Tensor, torch.Tensor, torch.Tensor], HostInputs]
+
+
 def as_torch(values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """A runner argument (torch tensor, numpy array or list) as a torch tensor."""
     if isinstance(values, torch.Tensor):
@@ -262,6 +266,33 @@ class Generator(VllmModelInterface):
         """The positions a decode step runs at: ``start_pos``, or with device sampling and ``reset_batch=False`` the
         previous step's plus one (the host's lag a step behind; :meth:`run_decode` then feeds the sampled tokens)."""
         return self.feedback.positions_of(as_torch(start_pos), sampling_params, reset_batch)
+
+    def decode_step(self, build: DecodeBuilder, device_forward: Callable[[Any, dict[str, Any], Any], Any], *,
+                    tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
+                    read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
+                    output_tokens: Any = None, reset_batch: bool | None = None,
+                    batch_inputs: Sequence[torch.Tensor] = ()) -> Any:
+        """A family's ``decode_forward``: the runner's arguments as torch, the step's positions
+        (:meth:`decode_positions`), each replica's host inputs ``build(model, rows, tokens, positions, page_table)``
+        (the replica's rows of each; ``rows`` the replica's batch slots, for the family's own per-row inputs, which
+        ``batch_inputs`` lists to be checked padded like the rest) and its ``device_forward(model, device_inputs,
+        kv_cache)``, run by :meth:`run_decode`."""
+        tokens = as_torch(tokens).reshape(-1)
+        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
+        page_table = as_torch(page_table, torch.int32)
+        self.check_decode_batch(tokens, positions, page_table, *batch_inputs)
+        inputs = []
+        for replica, model in enumerate(self.models):
+            rows = self.replica_rows(replica)
+            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
+                inputs.append(build(model, rows, tokens[rows], positions[rows], page_table[rows]))
+
+        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
+            return device_forward(self.models[replica], device_inputs, kv_cache[replica])
+
+        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
+                               read_from_device=read_from_device, sampling_params=sampling_params,
+                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
 
     def run_decode(self, inputs: list[HostInputs], forward: Callable[[int, dict[str, Any]], Any], *,
                    positions: torch.Tensor, enable_trace: bool, read_from_device: bool, sampling_params: Any = None,

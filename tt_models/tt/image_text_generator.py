@@ -11,7 +11,7 @@ import torch
 
 from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import HostInputs
-from tt_models.tt.generator import Generator, as_torch
+from tt_models.tt.generator import Generator
 from tt_models.tt.image_text import ImageTextModel
 
 
@@ -43,22 +43,12 @@ class ImageTextGenerator(Generator):
                        **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens ``[B]`` with
         ``sampling_params``)."""
-        tokens = as_torch(tokens).reshape(-1)
-        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
-        page_table = as_torch(page_table, torch.int32)
-        self.check_decode_batch(tokens, positions, page_table)
-        inputs = []
-        for replica, model in enumerate(self.models):
-            rows = self.replica_rows(replica)
-            with use(self.devices[replica]):
-                inputs.append(self.decode_inputs(model, rows, tokens[rows], positions[rows], page_table[rows]))
-
-        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
-            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
-
-        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
-                               read_from_device=read_from_device, sampling_params=sampling_params,
-                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        return self.decode_step(self.decode_inputs,
+                                lambda model, device_inputs, cache: model.text.decode_device(device_inputs, cache),
+                                tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
+                                enable_trace=enable_trace, read_from_device=read_from_device,
+                                sampling_params=sampling_params, prompt_tokens=prompt_tokens,
+                                output_tokens=output_tokens, reset_batch=reset_batch)
 
     def decode_inputs(self, model: ImageTextModel, rows: slice, tokens: torch.Tensor, positions: torch.Tensor,
                       page_table: torch.Tensor) -> HostInputs:

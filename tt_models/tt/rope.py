@@ -15,7 +15,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import user_cores
-from tt_models.tt.decode_inputs import HostInputs, host_tensor
+from tt_models.tt.decode_inputs import HostInput, HostInputs, advanced_positions, host_tensor, tracked_ints
 from tt_models.tt.weights import as_tensor
 
 TILE = 32
@@ -82,3 +82,36 @@ class RotarySetup:
         sin = sin[None, :, None, :].expand(1, -1, TILE, -1).contiguous()
         return {"cos": host_tensor(cos, self.device, memory_config=self.decode_memory_config),
                 "sin": host_tensor(sin, self.device, memory_config=self.decode_memory_config)}
+
+
+class RotaryTable:
+    """cos/sin of every position below ``max_seq_len`` on the device, from which a decode step looks up each user's
+    rows by its rotary index (tt_transformers' ``get_rot_mats``): a step that advances the index itself
+    (``ttnn.plus_one``) then needs nothing from the host. The rows equal :meth:`RotarySetup.decode_inputs`'."""
+
+    def __init__(self, rope: RotarySetup, max_seq_len: int) -> None:
+        self.rope = rope
+        cos, sin = rope.cos_sin(torch.arange(max_seq_len))
+        self.cos = as_tensor(cos[None, None], rope.device, layout=ttnn.ROW_MAJOR_LAYOUT)
+        self.sin = as_tensor(sin[None, None], rope.device, layout=ttnn.ROW_MAJOR_LAYOUT)
+
+    def decode_index(self, rope_positions: torch.Tensor, positions: torch.Tensor) -> HostInput:
+        """The users' rotary indices ``[1, B]`` (uint32), which a decode step advances by one on the device. Padding
+        rows (``positions`` ``-1``) index row 0 and, beside other rows, are left out of what a trace compares: their
+        rows are never written nor read, and their index on the device grows with the other rows' positions (so stays
+        in the table) until the batch changes."""
+        index = rope_positions.clamp(min=0).reshape(1, -1)
+        active = positions >= 0
+        compared = torch.where(active, rope_positions, -1).reshape(1, -1) if bool(active.any()) else None
+        return tracked_ints(index, self.rope.device, ttnn.uint32, advance=advanced_positions, compared=compared)
+
+    def decode_rows(self, index: Any) -> tuple[Any, Any]:
+        """cos/sin ``[1, B, 1, D]`` of the device ``index`` ``[1, B]``, one user per core as
+        :meth:`RotarySetup.decode_inputs` shards them (the rotary op reads a user's row 0)."""
+        users, head_dim = index.shape[-1], self.rope.head_dim
+        rows = []
+        for table in (self.cos, self.sin):
+            x = ttnn.embedding(index, table, layout=ttnn.TILE_LAYOUT)  # [1, B, D]
+            x = ttnn.transpose(ttnn.reshape(x, (1, 1, users, head_dim)), 1, 2)
+            rows.append(ttnn.interleaved_to_sharded(x, self.rope.decode_memory_config))
+        return rows[0], rows[1]

@@ -14,7 +14,7 @@ import torch
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import cross_inputs
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints
+from tt_models.tt.decode_inputs import HostInputs, host_ints, tracked_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import Precision
@@ -152,8 +152,9 @@ class Seq2SeqDecoder:
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
                 "position_ids": Embedding.host_ids(positions.clamp(min=0) + self.args.position_offset, self.device),
                 "current_pos": host_ints(positions, self.device),
-                "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
-                "cross_page_table": host_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)), self.device),
+                "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
+                "cross_page_table": tracked_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)),
+                                                self.device),
                 "cross_pos": host_ints(torch.where(positions >= 0, encoder_lens - 1, -1), self.device)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:

@@ -24,6 +24,7 @@ import torch
 
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.runtime import use
+from tt_models.tt.decode_inputs import HostInputs
 from tt_models.tt.generator import Generator, as_torch
 from tt_models.tt.model_config import Precision
 from tt_models.tt.seq2seq import Seq2SeqArgs, Seq2SeqDecoder
@@ -191,21 +192,17 @@ class Seq2SeqGenerator(Generator):
                        **kwargs: Any) -> Any:
         """One decoder token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens
         ``[B]`` with ``sampling_params``)."""
-        tokens = as_torch(tokens).reshape(-1)
-        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
-        page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
-        encoder_lens = as_torch(encoder_lens)
-        self.check_decode_batch(tokens, positions, page_table, cross_page_table, encoder_lens)
-        inputs = []
-        for replica, model in enumerate(self.models):
-            rows = self.replica_rows(replica)
-            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
-                inputs.append(model.decoder.decode_inputs(tokens[rows], positions[rows], page_table[rows],
-                                                          cross_page_table[rows], encoder_lens[rows]))
+        cross_page_table, encoder_lens = as_torch(cross_page_table, torch.int32), as_torch(encoder_lens)
 
-        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
-            return self.models[replica].decoder.decode_device(device_inputs, kv_cache[replica])
+        def build(model: Seq2SeqModel, rows: slice, tokens: torch.Tensor, positions: torch.Tensor,
+                  page_table: torch.Tensor) -> HostInputs:
+            return model.decoder.decode_inputs(tokens, positions, page_table, cross_page_table[rows],
+                                               encoder_lens[rows])
 
-        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
-                               read_from_device=read_from_device, sampling_params=sampling_params,
-                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        return self.decode_step(build,
+                                lambda model, device_inputs, cache: model.decoder.decode_device(device_inputs, cache),
+                                tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
+                                enable_trace=enable_trace, read_from_device=read_from_device,
+                                sampling_params=sampling_params, prompt_tokens=prompt_tokens,
+                                output_tokens=output_tokens, reset_batch=reset_batch,
+                                batch_inputs=(cross_page_table, encoder_lens))

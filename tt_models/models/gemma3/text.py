@@ -22,7 +22,7 @@ from tt_models.models.gemma3.decoder import SLIDING, Gemma3Block, gemma_norm
 from tt_models.models.gemma3.masks import prefill_mask
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints
+from tt_models.tt.decode_inputs import HostInputs, host_ints, tracked_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.image_tokens import place_image_rows
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -148,7 +148,7 @@ class Gemma3Text:
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
         inputs = {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
                   "current_pos": host_ints(positions, self.device),
-                  "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device)}
+                  "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device)}
         for kind, rope in self.rope.items():
             inputs.update({f"{name}_{kind}": t for name, t in rope.decode_inputs(positions).items()})
         return inputs

@@ -91,22 +91,12 @@ class LlamaForCausalLM(Generator):
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``, or tokens ``[B]``
         with ``sampling_params`` (device tensors when ``read_from_device`` is False: pass them to
         :meth:`process_decode_output_host`)."""
-        tokens = as_torch(tokens).reshape(-1)
-        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
-        page_table = as_torch(page_table, torch.int32)
-        self.check_decode_batch(tokens, positions, page_table)
-        inputs = []
-        for replica, model in enumerate(self.models):
-            rows = self.replica_rows(replica)
-            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
-                inputs.append(model.decode_inputs(tokens[rows], positions[rows], page_table[rows]))
-
-        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
-            return self.models[replica].decode_device(device_inputs, kv_cache[replica])
-
-        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
-                               read_from_device=read_from_device, sampling_params=sampling_params,
-                               prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+        return self.decode_step(lambda model, rows, *host: model.decode_inputs(*host),
+                                lambda model, device_inputs, cache: model.decode_device(device_inputs, cache),
+                                tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
+                                enable_trace=enable_trace, read_from_device=read_from_device,
+                                sampling_params=sampling_params, prompt_tokens=prompt_tokens,
+                                output_tokens=output_tokens, reset_batch=reset_batch)
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):

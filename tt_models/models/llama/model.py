@@ -7,15 +7,16 @@ from typing import Any, Iterator
 
 import torch
 
+from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints, to_device
+from tt_models.tt.decode_inputs import HostInputs, advanced_positions, host_ints, to_device, tracked_ints
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_row_logits, last_tile_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
-from tt_models.tt.rope import RotarySetup
+from tt_models.tt.rope import RotarySetup, RotaryTable
 from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor
 
@@ -37,6 +38,7 @@ class LlamaModel:
                                 if sharded_decode else DecodeConfigs.interleaved())
         self.embedding = Embedding(state["model.embed_tokens.weight"], device)
         self.rope = RotarySetup(hf_config, args.head_dim, device, args.decode_rows)
+        self.rotary_table = RotaryTable(self.rope, args.max_seq_len)
         self.layers = [TransformerBlock(args, state, i, device, precision, decode) for i in range(args.n_layers)]
         self.n_layers = args.n_layers
         self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
@@ -115,15 +117,20 @@ class LlamaModel:
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
         rope_positions = positions if rope_positions is None else torch.nn.functional.pad(rope_positions, (0, pad))
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
-                "current_pos": host_ints(positions, self.device),
-                "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
-                **self.rope.decode_inputs(rope_positions)}
+                "current_pos": tracked_ints(positions, self.device, advance=advanced_positions),
+                "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
+                "rot_idx": self.rotary_table.decode_index(rope_positions, positions)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
-        """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'."""
+        """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'. The step then
+        advances its positions by one on the device, as the next step's are unless the batch changed (a replayed
+        trace's inputs need no copy then: :mod:`tt_models.tt.decode_trace`)."""
         x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
-        rot = (inputs["cos"], inputs["sin"])
+        rot = self.rotary_table.decode_rows(inputs["rot_idx"])
         for layer, cache in zip(self.layers, kv_cache):
             x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode,
                                      page_table=inputs["page_table"], current_pos=inputs["current_pos"])
-        return self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
+        logits = self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
+        ttnn.plus_one(inputs["current_pos"], skip_negative_entries=True)
+        ttnn.plus_one(inputs["rot_idx"])
+        return logits

@@ -25,6 +25,7 @@ from tt_models.models.mllama.images import ImageInput, image_processor, preproce
 from tt_models.models.mllama.masks import CrossAttentionMask, decode_text_row
 from tt_models.models.mllama.model import MllamaModel
 from tt_models.runtime import use
+from tt_models.tt.decode_inputs import HostInputs
 from tt_models.tt.generator import Generator, as_torch
 from tt_models.tt.weights import as_tensor, to_host
 
@@ -161,26 +162,23 @@ class MllamaForConditionalGeneration(Generator):
                        sampling_params: Any = None, reset_batch: bool | None = None,
                        **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``."""
-        tokens = as_torch(tokens).reshape(-1)
-        positions = self.decode_positions(start_pos, sampling_params, reset_batch)
-        page_table, cross_page_table = as_torch(page_table, torch.int32), as_torch(cross_page_table, torch.int32)
-        self.check_decode_batch(tokens, positions, page_table, cross_page_table)
+        cross_page_table = as_torch(cross_page_table, torch.int32)
         masks, text_rows = self._aligned(cross_attention_masks), self._aligned(full_text_row_masked_out_mask)
         visible = torch.tensor([0 if m is None else m.image_tokens for m in masks])
         text_rows = torch.tensor([0.0 if t is None else float(t) for t in text_rows])
-        inputs = []
-        for replica, model in enumerate(self.models):
-            rows = self.replica_rows(replica)
-            with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
-                inputs.append(model.text.decode_inputs(tokens[rows], positions[rows], page_table[rows],
-                                                       cross_page_table[rows], visible[rows], text_rows[rows]))
 
-        def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
-            return self.models[replica].text.decode_device(device_inputs, kv_cache[replica])
+        def build(model: MllamaModel, rows: slice, tokens: torch.Tensor, positions: torch.Tensor,
+                  page_table: torch.Tensor) -> HostInputs:
+            return model.text.decode_inputs(tokens, positions, page_table, cross_page_table[rows], visible[rows],
+                                            text_rows[rows])
 
-        return self.run_decode(inputs, forward, positions=positions, enable_trace=enable_trace,
-                               read_from_device=read_from_device, sampling_params=sampling_params,
-                               prompt_tokens=kwargs.get("prompt_tokens"), output_tokens=kwargs.get("output_tokens"))
+        return self.decode_step(build,
+                                lambda model, device_inputs, cache: model.text.decode_device(device_inputs, cache),
+                                tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
+                                enable_trace=enable_trace, read_from_device=read_from_device,
+                                sampling_params=sampling_params, prompt_tokens=kwargs.get("prompt_tokens"),
+                                output_tokens=kwargs.get("output_tokens"), reset_batch=reset_batch,
+                                batch_inputs=(cross_page_table,))
 
     def _aligned(self, values: Sequence[Any] | None) -> list[Any]:
         """A per-row list padded with None to ``max_batch_size`` (TT's V0 runner passed the scheduled rows only)."""

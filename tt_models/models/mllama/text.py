@@ -17,7 +17,7 @@ from tt_models.models.mllama.masks import CrossAttentionMask
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import CrossAttention, cross_inputs
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor
+from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor, tracked_ints
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -191,8 +191,9 @@ class MllamaText:
         rows = torch.nn.functional.pad(text_rows, (0, pad)).float()
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
                 "current_pos": host_ints(positions, self.device),
-                "page_table": host_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
-                "cross_page_table": host_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)), self.device),
+                "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
+                "cross_page_table": tracked_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)),
+                                                self.device),
                 "cross_last": host_ints(visible - 1, self.device),
                 "cross_attends": host_tensor((visible > 0).float().reshape(1, 1, -1, 1), self.device),
                 "text_rows": host_tensor(rows.reshape(1, 1, -1, 1), self.device),

@@ -15,7 +15,7 @@ import torch
 from .core import _check_on_device, _into
 from .errors import TTFatal, check, unsupported
 from .tensor import Tensor
-from .types import CoreRangeSet, DataType, MemoryConfig
+from .types import CoreRangeSet, DataType, Layout, MemoryConfig
 
 __all__ = [
     "UnaryOpType",
@@ -42,6 +42,7 @@ __all__ = [
     "rsqrt",
     "sqrt",
     "reciprocal",
+    "plus_one",
 ]
 
 
@@ -318,3 +319,26 @@ def sqrt(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memor
 def reciprocal(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None,
                output_tensor: Tensor | None = None, sub_core_grids: CoreRangeSet | None = None) -> Tensor:
     return _unary("reciprocal", torch.reciprocal, input_tensor, memory_config, output_tensor)
+
+
+def plus_one(input_tensor: Tensor, sub_core_grids: CoreRangeSet | None = None,
+             skip_negative_entries: bool = False) -> Tensor:
+    """``input_tensor`` incremented by one in place (and returned), as ttnn's op writes its input: a decode step
+    advances its positions so (a replayed trace again at each replay). ``skip_negative_entries`` leaves negative
+    entries (``-1``: an inactive row) and INT32_MAX unchanged; otherwise values wrap at the dtype's range."""
+    op = "plus_one"
+    _check_on_device(input_tensor, op)
+    check(input_tensor.dtype in (DataType.INT32, DataType.UINT32), op,
+          f"input must be INT32 or UINT32, got {input_tensor.dtype.name}")
+    check(input_tensor.layout == Layout.ROW_MAJOR, op, "input must be in ROW_MAJOR layout")
+    check(1 <= len(input_tensor.shape) <= 4, op, f"input must have 1 to 4 dims, got {len(input_tensor.shape)}")
+    values = input_tensor.value.to(torch.int64)
+    grown = values + 1
+    if skip_negative_entries:  # as the kernel reads the values: int32 (a uint32 from 2**31 on is negative)
+        grown = torch.where((values >= 0) & (values < 2**31 - 1), grown, values)
+    if input_tensor.dtype == DataType.UINT32:
+        grown = grown % 2**32
+    else:
+        grown = (grown + 2**31) % 2**32 - 2**31
+    input_tensor.value = grown.to(input_tensor.value.dtype)
+    return input_tensor
