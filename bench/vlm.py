@@ -63,6 +63,7 @@ from tt_models.tt.model_config import Precision, default_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' tiny configs, processors and tokenizers
 from tests.models import gemma3_checkpoint, gemma3_reference, qwen2_5_vl_checkpoint, qwen2_5_vl_reference  # noqa: E402
+from tests.models.images import random_image
 
 HEAD_DIM = 32  # the tests' configs' head_dim, text and vision: width flags change the number of heads
 BLOCK = 32
@@ -129,7 +130,7 @@ def qwen2_5_vl_cases(sizes: list[tuple[int, int]], config: Any) -> list[tuple[st
                                          temporal_patch_size=v.temporal_patch_size, merge_size=v.spatial_merge_size)
     cases = []
     for i, (w, h) in enumerate(sizes):
-        out = processor(images=[qwen2_5_vl_reference.random_image(w, h, i)], return_tensors="pt")
+        out = processor(images=[random_image(w, h, i)], return_tensors="pt")
         pixels, grid = out["pixel_values"], out["image_grid_thw"]
         label = f"{w}x{h}: {len(pixels)} patches, {len(pixels) // v.spatial_merge_size ** 2} tokens"
         cases.append((label, ([pixels], [tuple(int(g) for g in grid[0])]),
@@ -154,7 +155,7 @@ def gemma3_cases(sizes: list[tuple[int, int]], config: Any) -> list[tuple[str, t
                                         pan_and_scan_min_ratio_to_activate=1.2)
     cases = []
     for i, (w, h) in enumerate(sizes):
-        pixels = processor(images=[gemma3_reference.random_image(w, h, i)], return_tensors="pt")["pixel_values"]
+        pixels = processor(images=[random_image(w, h, i)], return_tensors="pt")["pixel_values"]
         label = f"{w}x{h}: {len(pixels)} crop(s) of {size} px, {len(pixels) * config.mm_tokens_per_image} tokens"
         cases.append((label, (list(pixels),), dict(pixel_values=pixels)))
     return cases
@@ -421,7 +422,7 @@ def main() -> None:
         # Image chats take turns with text-only ones; the images' sizes fit the tiny checkpoint's pixel budget.
         shapes = [(224, 224), (200, 120), (120, 200), (160, 160)]
         requests = [(QUESTIONS[i % len(QUESTIONS)],
-                     [qwen2_5_vl_reference.random_image(*shapes[i // 2 % len(shapes)], 100 + i)] if i % 2 == 0
+                     [random_image(*shapes[i // 2 % len(shapes)], 100 + i)] if i % 2 == 0
                      else []) for i in range(args.num_requests)]
         with tempfile.TemporaryDirectory(prefix=f"bench-{key}-") as model_dir:
             write_checkpoint(hf, family.processor(), model_dir)

@@ -14,8 +14,9 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, MllamaConfig
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
 
+from tests.models.images import random_image
 from tests.models.mllama_checkpoint import tiny_llama3_tokenizer, write_tiny_mllama_checkpoint
-from tests.models.mllama_reference import random_image, tiny_mllama
+from tests.models.mllama_reference import tiny_mllama
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tests.disagg.test_transfer import assert_all_free, run
+from tests.models.images import random_image
 from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
-from tests.models.mllama_reference import IMAGE_TOKEN, random_image
+from tests.models.mllama_reference import IMAGE_TOKEN
 from tt_models import SamplingParams
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.disagg.broker import Broker

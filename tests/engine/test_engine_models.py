@@ -22,9 +22,10 @@ from transformers import GenerationMixin
 from transformers import WhisperForConditionalGeneration as HFWhisper
 
 from tests.models.hf_reference import tiny_model
-from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
-from tests.models.test_mllama_pcc import hf_inputs
+from tests.models.images import random_image
+from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
 from tests.models.seq2seq_reference import tiny_seq2seq
+from tests.models.test_mllama_pcc import hf_inputs
 from tt_models.audio import speech_sample
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.engine.config import EngineConfig

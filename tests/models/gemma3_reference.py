@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from PIL import Image
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration
@@ -56,11 +55,6 @@ def tiny_gemma3(seed: int = 0, *, text: dict | None = None, tokens_per_image: in
 
 def image_processor(size: int = VISION["image_size"]) -> Gemma3ImageProcessorPil:
     return Gemma3ImageProcessorPil(size={"height": size, "width": size})
-
-
-def random_image(width: int, height: int, seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 def processed(images: list[Image.Image]) -> list[torch.Tensor]:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from tests.models import board_runs, gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl
+from tests.models.images import random_image
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 
@@ -31,7 +32,7 @@ QWEN_VISION = dict(depth=2, fullatt_block_indexes=[1], intermediate_size=96, out
 def _gemma3() -> tuple[Any, Any, list[int], dict[str, Any]]:
     hf = gemma3.tiny_gemma3(**GEMMA3_VISION, text=GEMMA3_TEXT, tokens_per_image=4)
     processor = gemma3.image_processor(size=32)
-    crops = processor(images=[gemma3.random_image(40, 30, seed=i) for i in range(2)], return_tensors="pt")
+    crops = processor(images=[random_image(40, 30, seed=i) for i in range(2)], return_tensors="pt")
     image = [gemma3.START_OF_IMAGE] + [gemma3.IMAGE_TOKEN] * 4 + [gemma3.END_OF_IMAGE]
     tokens = [5, 6] + image + image + [7]
     return hf, Gemma3ForConditionalGeneration, tokens, dict(pixel_values=[[crops["pixel_values"]]])
@@ -39,7 +40,7 @@ def _gemma3() -> tuple[Any, Any, list[int], dict[str, Any]]:
 
 def _qwen2_5_vl() -> tuple[Any, Any, list[int], dict[str, Any]]:
     hf = qwen2_5_vl.tiny_qwen2_5_vl(**QWEN_VISION, text=QWEN_TEXT)
-    pixel_values, grids = qwen2_5_vl.processed([qwen2_5_vl.random_image(112, 56, seed=0)])
+    pixel_values, grids = qwen2_5_vl.processed([random_image(112, 56, seed=0)])
     tokens = qwen2_5_vl.prompt([[5, 6], [7]], grids)
     return hf, Qwen2_5_VLForConditionalGeneration, tokens, dict(pixel_values=[pixel_values], image_grid_thw=[grids])
 

@@ -8,7 +8,8 @@
 import torch
 
 from tests.models import board_runs
-from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
+from tests.models.images import random_image
+from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 24, 2

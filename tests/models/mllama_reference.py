@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from PIL import Image
 from transformers import MllamaConfig, MllamaForConditionalGeneration
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
 
@@ -67,8 +65,3 @@ def image_processor(model: MllamaForConditionalGeneration) -> MllamaImageProcess
     vision = model.config.vision_config
     return MllamaImageProcessorPil(size={"height": vision.image_size, "width": vision.image_size},
                                    max_image_tiles=vision.max_num_tiles)
-
-
-def random_image(width: int, height: int, seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from PIL import Image
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
@@ -46,11 +45,6 @@ def image_processor() -> Qwen2VLImageProcessorPil:
     return Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS, patch_size=VISION["patch_size"],
                                     temporal_patch_size=VISION["temporal_patch_size"],
                                     merge_size=VISION["spatial_merge_size"])
-
-
-def random_image(width: int, height: int, seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 def processed(images: list[Image.Image]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

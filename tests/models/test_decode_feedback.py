@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.models.gemma3_reference import processed, prompt, random_image, tiny_gemma3
+from tests.models.gemma3_reference import processed, prompt, tiny_gemma3
 from tests.models.hf_reference import tiny_model
+from tests.models.images import random_image
 from tests.models.test_decode_trace import BLOCK, MAX_BATCH, MAX_LEN, NUM_BLOCKS, _kv, build
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration

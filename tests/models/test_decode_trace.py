@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from tests.models.hf_reference import tiny_model
-from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
+from tests.models.images import random_image
+from tests.models.images import random_image as qwen_image
+from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
 from tests.models.qwen2_5_vl_reference import processed, prompt, tiny_qwen2_5_vl
-from tests.models.qwen2_5_vl_reference import random_image as qwen_image
 from tests.models.seq2seq_reference import CASES as SEQ2SEQ, encoder_input, tiny_seq2seq
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM

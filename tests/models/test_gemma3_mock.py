@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.models import board_runs, image_text_on_mock
-from tests.models.gemma3_reference import UNTILED_HEADS, VOCAB, processed, prompt, random_image, tiny_gemma3
+from tests.models.gemma3_reference import UNTILED_HEADS, VOCAB, processed, prompt, tiny_gemma3
+from tests.models.images import random_image
 from tt_models.runtime import use
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 

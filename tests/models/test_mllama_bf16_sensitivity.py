@@ -21,7 +21,7 @@ from transformers import MllamaConfig, MllamaForConditionalGeneration as HFMllam
 
 from tests.models.hf_reference import pcc
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
-from tt_models.runtime import host, use
+from tt_models.runtime import use
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.weights import logits_to_host
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.models.hf_reference import pcc
-from tests.models.mllama_reference import IMAGE_TOKEN, random_image, tiny_mllama
+from tests.models.images import random_image
+from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
 from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _closeness, _fill_nan
 from tests.models.test_mllama_pcc import hf_inputs
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps

@@ -9,7 +9,8 @@ from transformers.models.mllama.processing_mllama import (convert_sparse_cross_a
                                                           get_cross_attention_token_mask)
 
 from tests.models.hf_reference import pcc
-from tests.models.mllama_reference import IMAGE_TOKEN, image_processor, random_image, tiny_mllama
+from tests.models.images import random_image
+from tests.models.mllama_reference import IMAGE_TOKEN, image_processor, tiny_mllama
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.mllama.images import preprocess
 from tt_models.models.mllama.vision import hf_projector_columns

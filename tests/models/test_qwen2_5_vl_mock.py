@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.models import board_runs, image_text_on_mock
-from tests.models.qwen2_5_vl_reference import VOCAB, processed, prompt, random_image, tiny_qwen2_5_vl
+from tests.models.images import random_image
+from tests.models.qwen2_5_vl_reference import VOCAB, processed, prompt, tiny_qwen2_5_vl
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 
 pytestmark = pytest.mark.mock

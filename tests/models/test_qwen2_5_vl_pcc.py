@@ -20,8 +20,9 @@ from transformers.vision_utils import get_vision_window_index
 
 from tests.models.hf_reference import pcc
 from tests.models.qwen2_5_vl_reference import (
-    IMAGE_TOKEN, hf_inputs, processed, prompt, random_image, tiny_qwen2_5_vl,
+    IMAGE_TOKEN, hf_inputs, processed, prompt, tiny_qwen2_5_vl,
 )
+from tests.models.images import random_image
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.models.qwen2_5_vl.rope_index import mrope_positions
 from tt_models.models.qwen2_5_vl.vision import VisionArgs, VisionTower

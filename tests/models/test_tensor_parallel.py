@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwe
 from tests.models import gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl, seq2seq_reference
 from tests.models import test_mllama_contract as mllama_contract
 from tests.models.hf_reference import pcc
-from tests.models.test_llama_contract import _closeness
+from tests.models.images import random_image
 from tests.models.mllama_reference import tiny_mllama
+from tests.models.test_llama_contract import _closeness
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM
@@ -213,7 +214,7 @@ def _image_text(generator_class, hf, mesh):
 
 def _gemma3_rows(g):
     """One image, text only, two images (the sliding window of 32 is live in each: prompts of 42 to 45 tokens)."""
-    images = gemma3.processed([gemma3.random_image(w, h, seed=i) for i, (w, h) in enumerate([(80, 50), (40, 60),
+    images = gemma3.processed([random_image(w, h, seed=i) for i, (w, h) in enumerate([(80, 50), (40, 60),
                                                                                               (64, 64)])])
 
     def text(n):
@@ -225,7 +226,7 @@ def _gemma3_rows(g):
 
 def _qwen2_5_vl_rows(g):
     """One image (8 x 14 patches, window attention live), text only, two images (12 x 4 and 4 x 4 patches)."""
-    pixel_values, grids = qwen2_5_vl.processed([qwen2_5_vl.random_image(w, h, seed=i)
+    pixel_values, grids = qwen2_5_vl.processed([random_image(w, h, seed=i)
                                                 for i, (w, h) in enumerate([(200, 120), (60, 180), (56, 56)])])
 
     def text(n):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from tests.models.mllama_reference import random_image
+from tests.models.images import random_image
 from tests.server.cases import greedy, offline_generate
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
