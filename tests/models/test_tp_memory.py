@@ -2,8 +2,9 @@
 
 A Llama whose every split dimension divides into whole tiles on up to 8 chips (hidden 256, 8 heads, 4 KV heads,
 MLP 512, vocabulary 512): on N chips each chip holds exactly 1/N of the one-chip weights that split, plus its own
-copy of those that do not (norms, rotary matrices), and its KV blocks hold ``4 // min(N, 4)`` heads: 1/N of the
-one-chip KV up to 4 chips, 1/4 on 8 (each KV head replicated on 2 chips, and with it its K/V projection columns).
+copy of those that do not (norms, rotary matrices, the cos/sin table decode looks its rows up in), and its KV blocks
+hold ``4 // min(N, 4)`` heads: 1/N of the one-chip KV up to 4 chips, 1/4 on 8 (each KV head replicated on 2 chips,
+and with it its K/V projection columns).
 """
 
 import pytest
@@ -46,7 +47,8 @@ def _measure(hf, chips, profile):
         heads, head_dim = replica.kv_geometry
         kv = model.allocate_kv_cache((BLOCKS, heads, BLOCK, head_dim), None, replica.n_layers)
         replicated = sum(tensor_bytes(t) for t in device_tensors(replica) if chips > 1 and _replicated(t))
-        whole = bytes_per_chip([replica.rope, replica.norm, [(l.attention_norm, l.ffn_norm) for l in replica.layers]])
+        whole = bytes_per_chip([replica.rope, replica.rotary_table, replica.norm,
+                                [(l.attention_norm, l.ffn_norm) for l in replica.layers]])
         return bytes_per_chip(replica), replicated, bytes_per_chip(kv), heads, whole
     finally:
         close_device(mesh)
@@ -63,6 +65,6 @@ def test_weights_and_kv_per_chip_are_one_nth(hf, profile):
         kv_columns = 2 * 32 * (heads - KV_HEADS / chips)
         extra = int(hf.config.num_hidden_layers * 256 * kv_columns) // 1024 * tile_bytes(profile)
         assert weights == (one_chip - replicated) // chips + replicated + extra
-        assert replicated == whole  # only the norms and the rotary matrices are whole on every chip
+        assert replicated == whole  # only the norms and the rotary matrices and table are whole on every chip
         assert heads == KV_HEADS // min(chips, KV_HEADS)
         assert kv == one_chip_kv // min(chips, KV_HEADS)
