@@ -7,12 +7,13 @@ changing text). Decode steps are timed apart from prefill: the engine thread's C
 work, which other processes on a shared machine do not inflate) with a breakdown by engine part, and the wall
 time. Cases: greedy requests whose outputs come when they finish (``LLM.generate``) or every step (the server's
 streams), greedy sampled on the device (``sample_on_device``: the stand-in hands back its winners), and a batch
-of mixed sampling parameters. Then the overlap case: the stand-in holds its output back until ``--latency-ms``
-after ``decode_forward`` (a device computing meanwhile), and the engine runs with and without ``async_decode``
-(and sampling on the device); and a sweep over data-parallel replica counts. The peers, measured in the same run:
-numpy's argmax over ``[batch, vocab]`` float32 logits (greedy sampling's core), a bf16 -> float32 conversion of
-such logits (what a model's output processing costs the host, not counted above), and the real SmolLM2 host
-decode step at the same batch (a short run, ``--real-steps``).
+of mixed sampling parameters. Then the overlap case: the stand-in holds each step's output back until
+``--latency-ms`` after the step starts (a device computing meanwhile; a step issued while the previous one runs
+starts when it ends), and the engine runs with and without ``async_decode`` (and sampling on the device, where
+the engine issues a step before reading the previous one); and a sweep over data-parallel replica counts. The
+peers, measured in the same run: numpy's argmax over ``[batch, vocab]`` float32 logits (greedy sampling's core), a
+bf16 -> float32 conversion of such logits (what a model's output processing costs the host, not counted above),
+and the real SmolLM2 host decode step at the same batch (a short run, ``--real-steps``).
 
     .venv/bin/python bench/engine_step_overhead.py [--max-tokens 256] [--real-steps 3] [--latency-ms 20]
 """
@@ -43,13 +44,14 @@ class NoWorkGenerator:
     background (a spread like a real model's, so top-k and top-p have real work to do) with each row's winner a
     clear maximum that changes every step. It is rewritten in place, so it is warm in the cache as a real model's
     logits are right after its own output conversion (bf16 device logits to float32, the model's work, timed
-    apart as a peer). With ``sampling_params`` (greedy, sampled on the device) it hands back the winners instead."""
+    apart as a peer). With ``sampling_params`` (greedy, sampled on the device) it hands back the winners instead,
+    which do not depend on the host's tokens: it "feeds back" its own (``supports_async_decode``)."""
 
-    model_capabilities = {"supports_sample_on_device": True}
+    model_capabilities = {"supports_sample_on_device": True, "supports_async_decode": True}
 
     def __init__(self, vocab_size: int, winners: list[int], latency_s: float = 0.0, cycle: int = 8) -> None:
-        self.latency_s = latency_s  # a device's decode time: the output is ready this long after decode_forward
-        self.ready_at = 0.0
+        self.latency_s = latency_s  # a device's decode time: each step takes this long, one after the other
+        self.ready_at = 0.0  # when the last step issued is done
         self.background = torch.randn(BATCH * vocab_size, generator=torch.Generator().manual_seed(0)) * 2
         self.logits = self.background.clone().view(BATCH, 1, vocab_size)
         self.top = float(self.background.max()) + 4.0
@@ -75,23 +77,26 @@ class NoWorkGenerator:
     def prefill_forward(self, *, tokens: torch.Tensor, **_: Any) -> torch.Tensor:
         return self._next()[: tokens.shape[0]]
 
-    def decode_forward(self, sampling_params: Any = None, **_: Any) -> torch.Tensor:
-        self.ready_at = time.perf_counter() + self.latency_s
+    def decode_forward(self, sampling_params: Any = None, **_: Any) -> tuple[torch.Tensor, float]:
+        """The output and when it is ready: a device runs the steps issued to it in order, so a step issued while
+        the previous one still runs starts when that one ends."""
+        self.ready_at = max(time.perf_counter(), self.ready_at) + self.latency_s
         if sampling_params is not None:
             self.calls += 1
-            return self.tokens[self.calls % len(self.tokens)]
-        return self._next()
+            return self.tokens[self.calls % len(self.tokens)], self.ready_at
+        return self._next(), self.ready_at
 
-    def read_decode_output(self, out: torch.Tensor) -> torch.Tensor:
+    def read_decode_output(self, out: tuple[torch.Tensor, float]) -> torch.Tensor:
         """Wait for the output as a device read does: by polling (TT's runtime polls its completion queue), after
         a sleep that ends short of it (a sleep alone would add the OS's wake-up delay, a few hundred µs on a
         loaded machine, to every step)."""
-        wait = self.ready_at - time.perf_counter() - SPIN_S
+        value, ready_at = out
+        wait = ready_at - time.perf_counter() - SPIN_S
         if wait > 0:
             time.sleep(wait)
-        while time.perf_counter() < self.ready_at:
+        while time.perf_counter() < ready_at:
             pass
-        return out
+        return value
 
     def process_decode_output_host(self, out: torch.Tensor, is_tokens: bool = False) -> torch.Tensor:
         return out
@@ -250,11 +255,13 @@ def main() -> None:
     for async_decode, on_device in ((False, False), (True, False), (True, True)):
         engine = no_work_engine(checkpoint, args, winners, latency_s=latency, async_decode=async_decode,
                                 sample_on_device=on_device)
-        mean_s = statistics.mean(run_decode(engine, prompts, min(args.max_tokens, 64)).wall)
+        wall = run_decode(engine, prompts, min(args.max_tokens, 64)).wall
         engine.close()
+        mean_s, median_s = statistics.mean(wall), statistics.median(wall)
         excess[async_decode, on_device] = mean_s - latency
         print(f"  async_decode={async_decode!s:<5} sample_on_device={on_device!s:<5} mean step {mean_s * 1e3:7.2f} "
-              f"ms  (the simulated device time + {(mean_s - latency) * 1e6:7.1f} µs)")
+              f"ms  (the simulated device time + {(mean_s - latency) * 1e6:7.1f} µs; median + "
+              f"{(median_s - latency) * 1e6:7.1f} µs)")
 
     print("\ndata-parallel replicas (greedy, no-work model, batch 32 shared by the replicas)")
     for replicas in (1, 2, 4):

@@ -169,6 +169,19 @@ def test_steps_are_all_prefill_or_all_decode():
     assert engine.stats["prefill_steps"] + engine.stats["decode_steps"] == len(engine.runner.model.calls)
 
 
+def test_fed_decode_issues_a_step_before_reading_the_last():
+    """Sampled on the device by a model that feeds its tokens back, a steady decode step is issued before the one
+    in flight is read (the device never waits for the host), and the outputs are still the solo runs'."""
+    requests = workload(False, [(5, 0, 40, 1), (9, 0, 30, 1)])
+    engine = make_engine(async_decode=True, sample_on_device=True)
+    model, calls = engine.runner.model, []
+    decode, read = model.decode_forward, model.read_decode_output
+    model.decode_forward = lambda **kwargs: calls.append("issue") or decode(**kwargs)
+    model.read_decode_output = lambda out, **kwargs: calls.append("read") or read(out, **kwargs)
+    assert run(engine, requests) == {r[0]: solo(False, r) for r in requests}
+    assert "issue,issue,read" in ",".join(calls)
+
+
 @pytest.mark.parametrize("decode", DECODE_MODES.values(), ids=DECODE_MODES.keys())
 def test_abort_frees_blocks_everywhere(decode):
     """Aborted while waiting, running and swapped out: every block comes back."""

@@ -109,7 +109,8 @@ class EngineConfig:
     ``num_kv_blocks`` the pool holds every slot's request at full length, or as many blocks as fit in a chip's
     memory after its weights (:meth:`with_kv_pool`, once the model is built).
     ``async_decode``: issue each decode step before detokenizing the previous one's tokens (see
-    ``LLMEngine.step``): the same outputs, the host's per-token work hidden behind the device's.
+    ``LLMEngine.step``): the same outputs, the host's per-token work hidden behind the device's; sampled on the
+    device by a model that feeds its tokens back (``supports_async_decode``), before reading them too.
     ``sample_on_device``: decode steps whose sequences are all plain greedy sample on the device (the model's
     ``supports_sample_on_device``): the device hands back 32 tokens instead of ``[32, V]`` logits.
     """

@@ -218,12 +218,14 @@ class InputBatch:
             slot_mapping=block_numbers.astype(np.int64) * self.block_size + block_offsets,
         )
 
-    def prepare_decode(self, req_ids: list[str]) -> DecodeInputs:
+    def prepare_decode(self, req_ids: list[str], ahead: bool = False) -> DecodeInputs:
         """The inputs of a decode step of ``req_ids``, in that order: each runs its last token, the only one not
-        computed yet, in a block it has."""
+        computed yet, in a block it has. ``ahead``: that token is still on the device (sampled by a step not read
+        yet, fed back by the model): the table holds the tokens before it."""
         rows = self._rows(req_ids)
         positions = self.num_computed_tokens[rows]
-        bad = (self.num_tokens[rows] != positions + 1) | (positions // self.block_size >= self.num_blocks[rows])
+        bad = ((self.num_tokens[rows] != positions + (not ahead))
+               | (positions // self.block_size >= self.num_blocks[rows]))
         if bad.any():
             raise ValueError(f"not a decode step for {[r for r, b in zip(req_ids, bad) if b]}: decode runs exactly "
                              "each request's last token, in a block it has")

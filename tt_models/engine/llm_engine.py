@@ -68,8 +68,14 @@ class LLMEngine(RequestIntake[Request]):
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
         self._pending: list[tuple[Sequence, int, Any]] = []  # sampled, not yet detokenized nor stop-checked
+        # Async decode sampled on the device by a model that feeds its tokens back (``supports_async_decode``): a
+        # decode step is left in flight, and the next one is launched before it is read when it runs the same
+        # sequences (TT vLLM's async decode), so the device never waits for the host.
+        self._feeds_back = config.async_decode and bool(capabilities.get("supports_async_decode"))
+        self._inflight: tuple[SchedulerOutput, Any] | None = None  # (the step, the runner's launch) not read yet
         self._compiling: list[Request] = []  # requests whose grammar was still compiling at the last step
         self._seq_ids = itertools.count()
+        self._token_texts: dict[int, str] = {}  # each token's own text, decoded once (see IncrementalDetokenizer)
         self._identity = list(range(self.config.max_num_seqs))  # rows of logits that need no picking
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
@@ -160,6 +166,9 @@ class LLMEngine(RequestIntake[Request]):
         With ``async_decode`` a decode step is issued before the previous step's tokens are detokenized and
         checked for stops: that host work runs while the device computes, and this step returns the previous
         step's outputs. A sequence that turns out to have stopped still ran in this step; its token is discarded.
+        Sampled on the device by a model that feeds its tokens back, a decode step is read only once the next one
+        is issued (when it runs the same sequences), so outputs lag two steps and a stopped sequence may run two
+        more.
         """
         failed = self._compiled() if self._compiling else []
         return failed + self._step()
@@ -180,16 +189,25 @@ class LLMEngine(RequestIntake[Request]):
 
     def _step(self) -> list[RequestOutput]:
         self.service()
+        drained: list[RequestOutput] = []
+        if self._inflight is not None and not self.scheduler.decodes_next([s for s, _ in self._inflight[0].scheduled]):
+            drained = self._drain()  # the next step changes the batch: the device's tokens are needed first
         out = self.scheduler.schedule()
         for seq in out.preempted:
             self.runner.remove(seq)
         if out.scheduled and not out.is_prefill and self.config.async_decode:
-            launched = self.runner.launch(out, self.scheduler.kvs, self._on_device(out))
+            on_device = self._on_device(out)
+            launched = self.runner.launch(out, self.scheduler.kvs, on_device, ahead=self._inflight is not None)
             outputs = self._commit()  # the previous step's tokens, while this one runs
             self.stats["decode_steps"] += 1
-            self._pending = self._sample(out, *self.runner.collect(launched))
-            return outputs
-        outputs = self._commit()
+            if on_device and self._feeds_back:  # read the step in flight, if any; this one stays in flight
+                previous, self._inflight = self._inflight, (out, launched)
+                if previous is not None:
+                    self._pending = self._sample(previous[0], *self.runner.collect(previous[1]))
+            else:
+                self._pending = self._sample(out, *self.runner.collect(launched))
+            return self._merge(drained, outputs)
+        outputs = self._merge(drained, self._commit())
         out.scheduled = [(seq, tokens) for seq, tokens in out.scheduled if not seq.finished]  # stopped just now
         if not out.scheduled:
             if out.swap_out or out.swap_in:  # nothing to run this step, but the blocks moved
@@ -203,6 +221,14 @@ class LLMEngine(RequestIntake[Request]):
         self.stats["prefill_steps" if out.is_prefill else "decode_steps"] += 1
         self._pending = self._sample(out, logits, model_rows)
         return self._merge(outputs, self._commit())
+
+    def _drain(self) -> list[RequestOutput]:
+        """Read the decode step in flight; the tokens sampled before it are committed first, so that a sequence they
+        stop has its token from the step in flight discarded."""
+        (out, launched), self._inflight = self._inflight, None
+        outputs = self._commit()
+        self._pending = self._sample(out, *self.runner.collect(launched))
+        return outputs
 
     def _on_device(self, out: SchedulerOutput) -> bool:
         """Whether this decode step's tokens are sampled on the device: with ``sample_on_device``, when every
@@ -294,7 +320,7 @@ class LLMEngine(RequestIntake[Request]):
     def _new_seq(self, request: Request, index: int) -> Sequence:
         params = request.child_params(index)
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.inputs.prompt_token_ids,
-                                             params.skip_special_tokens)
+                                             params.skip_special_tokens, self._token_texts)
         return Sequence(next(self._seq_ids), request, index, params, detokenizer)
 
     def _fork(self, parent: Sequence, index: int) -> Sequence:

@@ -182,15 +182,21 @@ class ModelRunner:
         self.batch.advance(step)
         return logits[:, 0, : self.vocab_size].float()
 
-    def launch(self, out: SchedulerOutput, kvs: list[Any], on_device: bool = False) -> tuple[Any, Any, bool]:
+    def launch(self, out: SchedulerOutput, kvs: list[Any], on_device: bool = False,
+               ahead: bool = False) -> tuple[Any, Any, bool]:
         """Issue a decode step without reading its output (``read_from_device=False``): on a device the host is free
-        until :meth:`collect`. ``on_device``: every row is sampled greedily on the device (tokens come back)."""
-        step = self._prepare(out, kvs)
+        until :meth:`collect`. ``on_device``: every row is sampled greedily on the device (tokens come back).
+        ``ahead``: the previous decode step, of the same rows, is not read yet: each row's input token is the one
+        the device sampled last, which the model feeds back itself (``reset_batch=False``)."""
+        step = self._prepare(out, kvs, ahead)
         kwargs = self.batch.decode_kwargs(step)
         if on_device:
             kwargs["sampling_params"] = self._greedy
             if self.config.async_decode:
                 kwargs["reset_batch"] = _layout(step) != self._steady
+        if ahead and kwargs.get("reset_batch") is not False:
+            raise RuntimeError("a decode step launched ahead of the previous one's tokens must keep the batch layout "
+                               "and sample on the device")
         self._steady = _layout(step, ahead=1) if on_device and self.config.async_decode else None
         if self.image_text:
             masks = [(None, None)] * self.config.max_num_seqs
@@ -221,13 +227,13 @@ class ModelRunner:
             return logits[:len(rows)].float(), None
         return logits.float(), rows
 
-    def _prepare(self, out: SchedulerOutput, kvs: list[Any]) -> Any:
+    def _prepare(self, out: SchedulerOutput, kvs: list[Any], ahead: bool = False) -> Any:
         self.execute_swaps(out)
         for seq, _ in out.scheduled:
             self._sync(seq, kvs[seq.request.replica])
         if out.is_prefill:
             return self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
-        return self.batch.prepare_decode([seq.key for seq, _ in out.scheduled])
+        return self.batch.prepare_decode([seq.key for seq, _ in out.scheduled], ahead)
 
     def _prefill_image_text(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
         """The image+text contract: ``images`` instead of encoder inputs (None once a request's vision K/V is in

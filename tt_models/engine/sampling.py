@@ -13,10 +13,12 @@ from __future__ import annotations
 import enum
 import logging
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 import torch
 
 from tt_models.engine.structured_output import Guide, StructuredOutputsParams
@@ -190,7 +192,10 @@ def _config_get(config: Any, name: str) -> Any:
 
 
 def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
-    """``x[rows]`` by ``index_select``: a copy per row, 5x faster than indexing by a list over ``[B, V]``."""
+    """``x[rows]``, a copy per row: numpy's ``take`` for host float32 (1.5x ``index_select``, 7x indexing by a list
+    over ``[B, V]``), ``index_select`` otherwise."""
+    if x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous():
+        return torch.from_numpy(np.take(x.numpy(), rows, axis=0))
     return x.index_select(0, torch.tensor(rows, dtype=torch.int64))
 
 
@@ -292,6 +297,41 @@ class LogitsRules:
                 logits[torch.tensor(first)[:, None], torch.tensor(self.begin_suppress_tokens)] = -math.inf
 
 
+class IdCounts:
+    """Distinct token ids in first-seen order and each one's count, as numpy arrays grown a token at a time (the
+    penalties read them every step: no per-step conversion from Python containers)."""
+
+    def __init__(self, token_ids: Sequence[int] = ()) -> None:
+        counts = Counter(token_ids)  # (in first-seen order)
+        self._at = dict(zip(counts, range(len(counts))))  # id -> its entry
+        capacity = max(64, 2 * len(counts))
+        self._ids = np.zeros(capacity, dtype=np.int64)
+        self._ids[:len(counts)] = list(counts)
+        self._counts = np.zeros(capacity, dtype=np.float32)  # (float32: the penalties' dtype; exact below 2**24)
+        self._counts[:len(counts)] = list(counts.values())
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def add(self, token: int) -> None:
+        at = self._at.get(token)
+        if at is None:
+            at = self._at[token] = len(self._at)
+            if at == len(self._ids):
+                self._ids = np.concatenate([self._ids, np.zeros_like(self._ids)])
+                self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)])
+            self._ids[at] = token
+        self._counts[at] += 1
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[:len(self._at)]
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self._counts[:len(self._at)]
+
+
 @dataclass
 class RowState:
     """One request's sampling state, kept by the engine for the request's lifetime.
@@ -314,8 +354,8 @@ class RowState:
     _last_timestamp: int | None = field(init=False, default=None)
     # The penalties' view of the outputs, kept up to date a token at a time (not recounted every step): each
     # output id's count, and every id seen in the prompt or the outputs (the repetition penalty's).
-    _counts: dict[int, int] = field(init=False, default_factory=dict)
-    _seen: dict[int, None] = field(init=False, default_factory=dict)
+    _counts: IdCounts = field(init=False, default_factory=IdCounts)
+    _seen: IdCounts = field(init=False, default_factory=IdCounts)
     _counted: int = field(init=False, default=0)
     # Decided once, not per step: some step may change this row's logits before it is sampled (grammar, allowed
     # ids, min_tokens, penalties, timestamp rules); greedy on the logits as they are, no logprobs (the fast path).
@@ -330,7 +370,7 @@ class RowState:
         if self.params.logprob_token_ids:
             self.logprob_ids = torch.tensor(self.params.logprob_token_ids, dtype=torch.int64)
         if self.params.repetition_penalty != 1.0:
-            self._seen = dict.fromkeys(self.prompt_token_ids)
+            self._seen = IdCounts(self.prompt_token_ids)
         self.timestamps = bool((self.params.extra_args or {}).get("timestamps"))
         p = self.params
         self.processed = (self.allowed_ids is not None or p.min_tokens > 0 or self.penalized or self.timestamps
@@ -342,22 +382,22 @@ class RowState:
         p = self.params
         return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
 
-    def output_counts(self) -> dict[int, int]:
-        """Each distinct output id's count (insertion-ordered); only the tokens appended since the last call are
+    def output_counts(self) -> IdCounts:
+        """Each distinct output id's count (in first-output order); only the tokens appended since the last call are
         counted. With a repetition penalty, :attr:`seen_ids` follows along."""
         out, counts = self.output_token_ids, self._counts
         track_seen = self.params.repetition_penalty != 1.0
         for token in out[self._counted:]:
-            counts[token] = counts.get(token, 0) + 1
+            counts.add(token)
             if track_seen:
-                self._seen[token] = None
+                self._seen.add(token)
         self._counted = len(out)
         return counts
 
     @property
-    def seen_ids(self) -> dict[int, None]:
+    def seen_ids(self) -> np.ndarray:
         """The distinct ids of the prompt and of the outputs counted by :meth:`output_counts` (repetition only)."""
-        return self._seen
+        return self._seen.ids
 
     def timestamp_history(self, timestamp_begin: int) -> tuple[int, int, int, int]:
         """What the timestamp rules need of the outputs: (last is a timestamp, the one before is a timestamp or

@@ -101,6 +101,24 @@ class Scheduler:
                 out.scheduled += self._swap_in(out)
         return out
 
+    def decodes_next(self, seqs: list[Sequence]) -> bool:
+        """Whether :meth:`schedule` will decode exactly ``seqs``, in that order, preempting nothing, each a token
+        further than its sampled ones: none waits or is swapped out, the running sequences are those, each may still
+        grow by the token in flight, and each pool has a free block for every sequence on it (the most a decode step
+        takes without copy-on-write, which only forked sequences need)."""
+        if self.waiting or self.swapped or not self._decode_ready:
+            return False
+        if [seq for request in self.running for seq in request.live_seqs] != seqs:
+            return False
+        if any(len(seq.output_token_ids) >= seq.request.max_new_tokens for seq in seqs):
+            return False  # its token in flight is one too many: a step after it would run past its context
+        if len(self.kvs) == 1:
+            return self.kvs[0].num_free_blocks >= len(seqs)
+        on_replica = [0] * len(self.kvs)
+        for seq in seqs:
+            on_replica[seq.request.replica] += 1
+        return all(kv.num_free_blocks >= n for kv, n in zip(self.kvs, on_replica))
+
     # Finishing.
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
