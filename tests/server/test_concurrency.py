@@ -45,6 +45,12 @@ async def collect(stream, close_early, text_of):
     return text
 
 
+# A stream closed mid-iteration leaves the openai client's httpx generators suspended; the garbage collector finalizes
+# them wherever it next runs (say, the server's engine thread, in this process) and Python reports that as an
+# unraisable exception of the client's, not the server's (seen once in a CI-like run). Only that one is ignored:
+# every other unraisable exception still fails the test (tests/conftest.py).
+@pytest.mark.filterwarnings("ignore:Exception ignored in. <async_generator object BoundAsyncStream"
+                            ":pytest.PytestUnraisableExceptionWarning")
 def test_64_mixed_streams_and_10_disconnects(server, references, http):
     before = http.get("/metrics").text
     jobs, expected = [], []
