@@ -5,7 +5,6 @@ the same images; bad images get Llama 3.2 Vision's 400s, a fifth image the model
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Callable
 
@@ -13,10 +12,9 @@ import openai
 import pytest
 
 from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
-from tests.models.images import random_image
 from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
 from tests.server.cases import ServerThread
-from tests.server.image_cases import data_url, image_chat
+from tests.server.image_cases import data_url, image_bytes, image_chat
 from tests.server.image_host import ImageHost
 from tt_models import LLM, SamplingParams
 from tt_models.engine.config import EngineConfig
@@ -33,15 +31,9 @@ MAX_TOKENS, QUESTION = 8, "Is there a cat on the table?"
 CONFIG = dict(block_size=32, max_num_seqs=4, max_model_len=256)
 
 
-def png(seed: int, width: int, height: int) -> bytes:
-    buffer = io.BytesIO()
-    random_image(width, height, seed=seed).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def image_pair(seed: int) -> list[bytes]:
     """A landscape and a portrait image."""
-    return [png(seed, 200, 120), png(seed + 1, 60, 180)]
+    return [image_bytes(seed, "PNG", (200, 120)), image_bytes(seed + 1, "PNG", (60, 180))]
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +93,7 @@ def test_image_chat_streamed_and_not_equals_the_engine(client: openai.OpenAI, im
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize(("urls", "message"), [
     ([data_url(b"<html>no image here</html>")], "Not an image: PIL cannot read the 26 bytes from the data: URL"),
-    ([data_url(png(2, 56, 56))] * 5, "takes at most 4 images per request, got 5"),
+    ([data_url(image_bytes(2, "PNG", (56, 56)))] * 5, "takes at most 4 images per request, got 5"),
     (["/missing.png"], "gave HTTP 404")], ids=["not-an-image", "five-images", "http-404"])
 def test_bad_images_get_a_400(client: openai.OpenAI, image_host: ImageHost, urls: list[str], message: str,
                               model: str) -> None:

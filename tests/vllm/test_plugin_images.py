@@ -14,7 +14,6 @@ vLLM's 400. The references are computed once, during the first test's vLLM start
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import os
@@ -34,6 +33,7 @@ from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
 from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
 from tests.models.images import random_image
 from tests.models.prompt_image_direct import chat_inputs, greedy_direct
+from tests.server.image_cases import data_url
 from tests.vllm.chat_scenario import MARKER
 from tests.vllm.test_plugin_examples import RUNNER, extract_examples, running_servers
 from tests.vllm.test_plugin_host import inspected
@@ -45,7 +45,7 @@ SIZES = dict(max_tokens=6, block_size=32, max_num_seqs=4, max_model_len=256)
 # (text, images as (width, height)): landscape 8 x 14 patches, then it beside a portrait 12 x 4; text only.
 CHATS = [("What is in this image?", [(200, 120)]), ("Compare the two pictures.", [(200, 120), (60, 180)]),
          ("Hello, how are you today?", [])]
-NOT_AN_IMAGE = "data:image/png;base64," + base64.b64encode(b"not an image").decode()
+NOT_AN_IMAGE = data_url(b"not an image")
 
 
 def messages(text: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -141,11 +141,11 @@ def test_chat_with_images_equals_the_class_driven_directly(model_dirs: list[Path
     assert "Traceback" not in stderr, stderr[-6000:]
 
 
-def data_url(image: Image.Image) -> str:
+def png_url(image: Image.Image) -> str:
     """``image`` as an OpenAI ``image_url``: a base64 PNG data URL."""
-    png_bytes = io.BytesIO()
-    image.save(png_bytes, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(png_bytes.getvalue()).decode()
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return data_url(buffer.getvalue())
 
 
 def ask(url: str, model: str, chat: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
@@ -176,7 +176,7 @@ def test_server_example_serves_image_chat_as_the_class_driven_directly(
              "--max_model_len", str(SIZES["max_model_len"]), "--host", "127.0.0.1"]
     servers = [([sys.executable, str(RUNNER), str(examples / "server_example_tt.py"), "--model", str(model_dir),
                  *sizes], tmp_path, tmp_path / f"{model_dir.name}.log") for model_dir in model_dirs]
-    chats = [[{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": data_url(image)}}
+    chats = [[{"role": "user", "content": [*({"type": "image_url", "image_url": {"url": png_url(image)}}
                                              for image in ims), {"type": "text", "text": text}]}]
              for (text, _), ims in zip(CHATS, images)]
     bad = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": NOT_AN_IMAGE}},
