@@ -43,12 +43,6 @@ def extract_examples(out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def examples(tmp_path_factory) -> Path:
-    """The plugin's ``examples/`` directory, extracted once for this module."""
-    return extract_examples(tmp_path_factory.mktemp("plugin"))
-
-
-@pytest.fixture(scope="module")
 def smollm2_dir(tmp_path_factory) -> Path:
     return write_smollm2_checkpoint(tmp_path_factory.mktemp("smollm2"))
 

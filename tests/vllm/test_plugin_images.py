@@ -35,7 +35,7 @@ from tests.models.images import random_image
 from tests.models.prompt_image_direct import chat_inputs, greedy_direct
 from tests.server.image_cases import data_url
 from tests.vllm.chat_scenario import MARKER
-from tests.vllm.test_plugin_examples import RUNNER, extract_examples, running_servers
+from tests.vllm.test_plugin_examples import RUNNER, running_servers
 from tests.vllm.test_plugin_host import inspected
 from tt_models.runtime import close_device, mock, open_device
 
@@ -97,12 +97,6 @@ def references(model_dirs: list[Path], chat_requests: list[list[Any]]) -> list[l
                 for model_dir, model_requests in zip(model_dirs, chat_requests)]
     finally:
         close_device(device)
-
-
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The plugin's ``examples/`` directory, extracted once for this module."""
-    return extract_examples(tmp_path_factory.mktemp("plugin"))
 
 
 def run_vllm(model_dirs: list[Path], images: list[list[Image.Image]], workdir: Path,
