@@ -15,11 +15,14 @@ import torch
 from tests.models.gemma3_reference import processed, prompt, tiny_gemma3
 from tests.models.hf_reference import tiny_model
 from tests.models.images import random_image
-from tests.models.test_decode_trace import BLOCK, MAX_BATCH, MAX_LEN, NUM_BLOCKS, _kv, build
+from tests.models.mllama_reference import tiny_mllama
+from tests.models.test_decode_trace import BLOCK, MAX_BATCH, MAX_LEN, NUM_BLOCKS, STEADY, _kv, build
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.models.gemma3.text import rope_config
 from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import to_device
+from tt_models.tt.model_config import DecoderArgs
 from tt_models.tt.rope import RotarySetup, RotaryTable
 
 NEW_TOKENS, JOIN_AFTER = (3, 7, 6), 2  # per request; request 0 leaves first, and request 1 moves to its slot
@@ -94,17 +97,29 @@ def test_tokens_fed_back_on_the_device_equal_synchronous_ones(host_device, name,
     assert sync.feedback.steps == 0 and fed.feedback.steps == 3
     assert [len(t) for t in got] == list(NEW_TOKENS)
     assert any(a != b for t in got for a, b in zip(t, t[1:])), "a run of one repeated token proves nothing"
-    if name in ("mistral-window", "qwen2.5-vl"):  # the Llama family's step advances its positions on the device
-        assert fed.traces.skipped["current_pos"] == fed.traces.skipped["rot_idx"] == fed.feedback.steps
+    if enable_trace:  # a fed-back step finds its positions (advanced by the step before) on the device already
+        assert {n: fed.traces.skipped[n] for n in STEADY[name]} == dict.fromkeys(STEADY[name], fed.feedback.steps)
 
 
-def test_rotary_rows_looked_up_on_the_device_equal_the_hosts(host_device):
-    """The Llama family's decode looks its cos/sin rows up on the device from each user's rotary index (so that the
-    step can advance it itself): the rows the rotary op reads (each user's first) equal the host-built ones, bit for
-    bit; padding rows (position -1) read position 0's."""
-    hf = tiny_model("llama-gqa")
+def rotary_config(name):
+    """The HF text config one family's rotary setup reads (Gemma 3: one per layer type) and its head dim."""
+    if name == "llama-gqa":
+        config = tiny_model(name).config
+    elif name == "mllama":
+        config = tiny_mllama().config.text_config
+    else:
+        config = rope_config(tiny_gemma3().config.text_config, name.removeprefix("gemma3-"))
+    return config, DecoderArgs.from_hf(config, max_batch_size=MAX_BATCH, max_seq_len=MAX_LEN).head_dim
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "mllama", "gemma3-sliding_attention", "gemma3-full_attention"])
+def test_rotary_rows_looked_up_on_the_device_equal_the_hosts(host_device, name):
+    """Decode looks its cos/sin rows up on the device from each user's rotary index (so that the step can advance it
+    itself): the rows the rotary op reads (each user's first) equal the host-built ones, bit for bit, whatever the
+    scaling (Llama 3's, Gemma 3's linear one); padding rows (position -1) read position 0's."""
+    config, head_dim = rotary_config(name)
     with use(host_device):
-        rope = RotarySetup(hf.config, hf.config.head_dim, host_device, decode_rows=32)
+        rope = RotarySetup(config, head_dim, host_device, decode_rows=32)
         table = RotaryTable(rope, max_seq_len=MAX_LEN)
         positions = torch.cat([torch.randint(0, MAX_LEN, (24,), generator=torch.Generator().manual_seed(0)),
                                torch.full((8,), -1)])

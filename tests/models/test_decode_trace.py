@@ -11,14 +11,16 @@ or misplaced cache writes (or read a stale input) gives other logits from its se
 
 import pytest
 import torch
+from transformers import BartConfig, BartForConditionalGeneration
 
 from tests.models.hf_reference import tiny_model
 from tests.models.images import random_image
 from tests.models.images import random_image as qwen_image
 from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
 from tests.models.qwen2_5_vl_reference import processed, prompt, tiny_qwen2_5_vl
-from tests.models.seq2seq_reference import CASES as SEQ2SEQ, encoder_input, tiny_seq2seq
+from tests.models.seq2seq_reference import CASES as SEQ2SEQ, SIZES, encoder_input, tiny_seq2seq
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tt_models.models.bart.generator import BartForConditionalGeneration as TTBart
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
@@ -27,6 +29,12 @@ from tt_models.runtime import use
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 128
 NEW_TOKENS, JOIN_AFTER = 6, 2
 LLAMA = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM}
+# Per family, the tracked inputs a steady step (same batch) finds on the device already: the positions and the
+# indices derived from them, which the step advances itself, and a row's per-request inputs.
+ROTARY = ("current_pos", "rot_idx")
+STEADY = {name: ROTARY for name in (*LLAMA, "qwen2.5-vl", "gemma3")} | \
+    {name: ("current_pos", "position_ids", "cross_pos") for name in SEQ2SEQ} | \
+    {"mllama": (*ROTARY, "cross_last", "cross_attends", "text_rows")}
 
 
 def _kv(model):
@@ -108,6 +116,10 @@ def test_traced_only_decode_is_bit_identical_to_eager_only(host_device, name):
             f"request {i}, logits #{step}: traced differs from eager by {float((got - expected).abs().max())}"
     assert model.traces.executions == driver.decode_steps * len(model.devices), "one execute_trace a step"
     assert len(model.traces.captures) == 1, "one capture for the whole run (same shapes, same mode)"
+    # Copied at the first step, when the third request joins and when the first two leave; skipped at every other.
+    traces = model.traces
+    assert {n: (traces.copies[n], traces.skipped[n]) for n in STEADY[name]} == \
+        {n: (3, driver.decode_steps - 3) for n in STEADY[name]}
     model.release_traces()
     assert not model.traces.captures
 
@@ -147,3 +159,27 @@ def test_traced_steps_copy_a_page_table_only_when_it_changed_and_release_through
     with use(mock_device):
         model.release_traces()
     assert not model.traces.captures
+
+
+def test_padding_rows_position_ids_stay_in_the_table(host_device):
+    """A seq2seq step advances its learned-position ids on the device in every row, padding rows too (which read the
+    first position, offset 2 for BART), and a trace compares only the active rows': a padding row's id must still
+    never pass the table, which the host backend's embedding refuses. A request decoded traced up to the decoder's
+    last position beside padding rows (their ids at most its own), then more steps than the table has rows with
+    padding rows only (a data-parallel replica without users runs so: every step copies the ids anew)."""
+    torch.manual_seed(0)
+    hf = BartForConditionalGeneration(BartConfig(**SIZES, vocab_size=320, max_position_embeddings=BLOCK)).eval()
+    model = TTBart.from_state_dict(hf.config, hf.state_dict(), host_device, MAX_BATCH)
+    kv, idle = _kv(model), torch.full((MAX_BATCH,), -1)
+    cross = dict(cross_page_table=torch.zeros(MAX_BATCH, 1, dtype=torch.int32),
+                 encoder_lens=torch.tensor([5, 0, 0, 0]))
+    tokens = torch.randint(3, 320, (MAX_BATCH, 1), generator=torch.Generator().manual_seed(4))
+    table = torch.zeros(MAX_BATCH, 1, dtype=torch.int32)
+    for position in range(BLOCK):
+        model.decode_forward(tokens=tokens, start_pos=torch.tensor([position, -1, -1, -1]), page_table=table,
+                             kv_cache=kv, enable_trace=True, **cross)
+    for _ in range(BLOCK + 8):
+        model.decode_forward(tokens=tokens, start_pos=idle, page_table=table, kv_cache=kv, enable_trace=True,
+                             **model.padding_decode_inputs(MAX_BATCH))
+    traces = model.traces
+    assert (traces.copies["position_ids"], traces.skipped["position_ids"]) == (1 + BLOCK + 8, BLOCK - 1)

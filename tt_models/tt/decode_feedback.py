@@ -12,9 +12,10 @@ The sampled tokens never leave the device: a ``ttnn.copy`` writes them into the 
 trace's persistent one) before the step runs. Positions are deterministic, so the host keeps a mirror of them and
 builds every position-derived input (rotary rows, M-RoPE's position plus delta, learned position ids, masks) from
 it as in a synchronous step, without reading anything back; page tables come from the host, as the runner keeps
-them current. The Llama family's step advances its positions and rotary indices on the device itself (``ttnn.plus_one``,
-its cos/sin rows looked up there), so a replayed trace's copies of them, like those of unchanged page tables, are
-skipped (:mod:`tt_models.tt.decode_trace`): the host copies only the sampling inputs and what changed.
+them current. Every family's step advances its positions and rotary indices (learned position ids) on the device
+itself (``ttnn.plus_one``, cos/sin rows looked up there), so a replayed trace's copies of them, like those of unchanged
+page tables, are skipped (:mod:`tt_models.tt.decode_trace`): the host copies only the sampling inputs and what
+changed.
 """
 
 from __future__ import annotations

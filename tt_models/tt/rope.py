@@ -15,7 +15,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import user_cores
-from tt_models.tt.decode_inputs import HostInput, HostInputs, advanced_positions, host_tensor, tracked_ints
+from tt_models.tt.decode_inputs import HostInput, HostInputs, advanced_index, host_tensor
 from tt_models.tt.weights import as_tensor
 
 TILE = 32
@@ -96,14 +96,8 @@ class RotaryTable:
         self.sin = as_tensor(sin[None, None], rope.device, layout=ttnn.ROW_MAJOR_LAYOUT)
 
     def decode_index(self, rope_positions: torch.Tensor, positions: torch.Tensor) -> HostInput:
-        """The users' rotary indices ``[1, B]`` (uint32), which a decode step advances by one on the device. Padding
-        rows (``positions`` ``-1``) index row 0 and, beside other rows, are left out of what a trace compares: their
-        rows are never written nor read, and their index on the device grows with the other rows' positions (so stays
-        in the table) until the batch changes."""
-        index = rope_positions.clamp(min=0).reshape(1, -1)
-        active = positions >= 0
-        compared = torch.where(active, rope_positions, -1).reshape(1, -1) if bool(active.any()) else None
-        return tracked_ints(index, self.rope.device, ttnn.uint32, advance=advanced_positions, compared=compared)
+        """:func:`rotary_index` on this table's device."""
+        return rotary_index(rope_positions, positions, self.rope.device)
 
     def decode_rows(self, index: Any) -> tuple[Any, Any]:
         """cos/sin ``[1, B, 1, D]`` of the device ``index`` ``[1, B]``, one user per core as
@@ -115,3 +109,10 @@ class RotaryTable:
             x = ttnn.transpose(ttnn.reshape(x, (1, 1, users, head_dim)), 1, 2)
             rows.append(ttnn.interleaved_to_sharded(x, self.rope.decode_memory_config))
         return rows[0], rows[1]
+
+
+def rotary_index(rope_positions: torch.Tensor, positions: torch.Tensor, device: Any) -> HostInput:
+    """The users' rotary indices ``[1, B]`` (uint32) into a :class:`RotaryTable` (any of a model's tables: each holds
+    every position), which a decode step advances by one on the device (:func:`advanced_index`). Padding rows
+    (``positions`` ``-1``) index row 0: their rows are never written nor read."""
+    return advanced_index(rope_positions.clamp(min=0).reshape(1, -1), positions, device, ttnn.uint32)

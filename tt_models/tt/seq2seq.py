@@ -14,7 +14,7 @@ import torch
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import cross_inputs
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints, tracked_ints
+from tt_models.tt.decode_inputs import HostInputs, advanced_index, advanced_positions, tracked_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import Precision
@@ -145,20 +145,23 @@ class Seq2SeqDecoder:
     def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                       cross_page_table: torch.Tensor, encoder_lens: torch.Tensor) -> HostInputs:
         """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),
-        padded to 32 rows."""
+        padded to 32 rows. Padding rows read the first learned position (their results are discarded)."""
         pad = self.args.decode_rows - tokens.shape[0]
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
         encoder_lens = torch.nn.functional.pad(encoder_lens, (0, pad))
+        position_ids = (positions.clamp(min=0) + self.args.position_offset).reshape(1, -1)
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
-                "position_ids": Embedding.host_ids(positions.clamp(min=0) + self.args.position_offset, self.device),
-                "current_pos": host_ints(positions, self.device),
+                "position_ids": advanced_index(position_ids, positions, self.device, ttnn.uint32),
+                "current_pos": tracked_ints(positions, self.device, advance=advanced_positions),
                 "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
                 "cross_page_table": tracked_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)),
                                                 self.device),
-                "cross_pos": host_ints(torch.where(positions >= 0, encoder_lens - 1, -1), self.device)}
+                "cross_pos": tracked_ints(torch.where(positions >= 0, encoder_lens - 1, -1), self.device)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
-        """Device ops only (traceable): device logits ``[1, 1, 32, V]``."""
+        """Device ops only (traceable): device logits ``[1, 1, 32, V]``. The step then advances its positions and
+        position ids by one on the device, as the next step's are unless the batch changed (a replayed trace's
+        inputs need no copy then: :mod:`tt_models.tt.decode_trace`)."""
         x = self._embed(self.embed_tokens.forward_ids(inputs["tokens"]),
                         self.embed_positions.forward_ids(inputs["position_ids"]))
         x = reshard(x, self.decode.residual)
@@ -167,4 +170,7 @@ class Seq2SeqDecoder:
             x = layer.forward_decode(x, cache, cross, page_table=inputs["page_table"],
                                      current_pos=inputs["current_pos"])
         x = gather(x, self.device) if self.final_norm is None else self.final_norm.forward(x, self.decode.lm_head_norm)
-        return self.lm_head.forward(x)
+        logits = self.lm_head.forward(x)
+        ttnn.plus_one(inputs["current_pos"], skip_negative_entries=True)
+        ttnn.plus_one(inputs["position_ids"])
+        return logits

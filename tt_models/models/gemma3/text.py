@@ -22,13 +22,13 @@ from tt_models.models.gemma3.decoder import SLIDING, Gemma3Block, gemma_norm
 from tt_models.models.gemma3.masks import prefill_mask
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints, tracked_ints
+from tt_models.tt.decode_inputs import HostInputs, advanced_positions, tracked_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.image_tokens import place_image_rows
 from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.paged_inputs import PrefillChunk
-from tt_models.tt.rope import RotarySetup
+from tt_models.tt.rope import RotarySetup, RotaryTable, rotary_index
 from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor, as_tensor
 
@@ -91,6 +91,7 @@ class Gemma3Text:
         self.embedding = Embedding(table * args.dim ** 0.5, device)
         self.rope = {kind: RotarySetup(rope_config(text_config, kind), args.head_dim, device, args.decode_rows)
                      for kind in sorted(set(self.layer_types))}
+        self.rotary_tables = {kind: RotaryTable(rope, args.max_seq_len) for kind, rope in self.rope.items()}
         self.layers = [Gemma3Block(args, state, i, kind, device, precision, decode, text_config.query_pre_attn_scalar)
                        for i, kind in enumerate(self.layer_types)]
         self.n_layers = args.n_layers
@@ -143,23 +144,26 @@ class Gemma3Text:
 
     def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor) -> HostInputs:
         """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),
-        padded to 32 rows: each layer type's cos/sin."""
+        padded to 32 rows: one rotary index for every layer type's table."""
         pad = self.args.decode_rows - tokens.shape[0]
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
-        inputs = {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
-                  "current_pos": host_ints(positions, self.device),
-                  "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device)}
-        for kind, rope in self.rope.items():
-            inputs.update({f"{name}_{kind}": t for name, t in rope.decode_inputs(positions).items()})
-        return inputs
+        return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
+                "current_pos": tracked_ints(positions, self.device, advance=advanced_positions),
+                "rot_idx": rotary_index(positions, positions, self.device),
+                "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
-        """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'."""
+        """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'. The step then
+        advances its positions and rotary index by one on the device, as the next step's are unless the batch changed
+        (a replayed trace's inputs need no copy then: :mod:`tt_models.tt.decode_trace`)."""
         x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
+        rot = {kind: table.decode_rows(inputs["rot_idx"]) for kind, table in self.rotary_tables.items()}
         for layer, kind, cache in zip(self.layers, self.layer_types, kv_cache):
-            out = layer.forward_decode(x, cache, rot=(inputs[f"cos_{kind}"], inputs[f"sin_{kind}"]),
-                                       trans_mat=self.rope[kind].trans_mat_decode, page_table=inputs["page_table"],
-                                       current_pos=inputs["current_pos"])
+            out = layer.forward_decode(x, cache, rot=rot[kind], trans_mat=self.rope[kind].trans_mat_decode,
+                                       page_table=inputs["page_table"], current_pos=inputs["current_pos"])
             ttnn.deallocate(x)
             x = out
-        return self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
+        logits = self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
+        ttnn.plus_one(inputs["current_pos"], skip_negative_entries=True)
+        ttnn.plus_one(inputs["rot_idx"])
+        return logits

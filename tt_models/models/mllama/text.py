@@ -17,7 +17,7 @@ from tt_models.models.mllama.masks import CrossAttentionMask
 from tt_models.runtime import ttnn
 from tt_models.tt.cross_attention import CrossAttention, cross_inputs
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
-from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor, tracked_ints
+from tt_models.tt.decode_inputs import HostInputs, advanced_positions, tracked_ints, tracked_tensor
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.lm_head import LMHead, last_token_logits
@@ -25,7 +25,7 @@ from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
-from tt_models.tt.rope import RotarySetup
+from tt_models.tt.rope import RotarySetup, RotaryTable
 from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor, as_tensor
 
@@ -118,6 +118,7 @@ class MllamaText:
                                                      head_dim=args.head_dim)
         self.embedding = Embedding(state[f"{PREFIX}embed_tokens.weight"], device)
         self.rope = RotarySetup(text_config, args.head_dim, device, args.decode_rows)
+        self.rotary_table = RotaryTable(self.rope, args.max_seq_len)
         cross = set(text_config.cross_attention_layers)
         self.layers = [CrossAttentionBlock(args, state, f"{PREFIX}layers.{i}.", device, precision, decode)
                        if i in cross else
@@ -184,29 +185,35 @@ class MllamaText:
     def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                       cross_page_table: torch.Tensor, visible: torch.Tensor, text_rows: torch.Tensor) -> HostInputs:
         """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),
-        each attending its first ``visible`` vision tokens (0: none), padded to 32 rows."""
+        each attending its first ``visible`` vision tokens (0: none), padded to 32 rows. A row's cross inputs are
+        its request's (constant while the batch is), so a trace copies them only when the batch changed."""
         pad = self.args.decode_rows - tokens.shape[0]
         positions = torch.nn.functional.pad(positions, (0, pad), value=-1)
         visible = torch.where(positions >= 0, torch.nn.functional.pad(visible, (0, pad)), 0)
         rows = torch.nn.functional.pad(text_rows, (0, pad)).float()
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
-                "current_pos": host_ints(positions, self.device),
+                "current_pos": tracked_ints(positions, self.device, advance=advanced_positions),
+                "rot_idx": self.rotary_table.decode_index(positions, positions),
                 "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
                 "cross_page_table": tracked_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)),
                                                 self.device),
-                "cross_last": host_ints(visible - 1, self.device),
-                "cross_attends": host_tensor((visible > 0).float().reshape(1, 1, -1, 1), self.device),
-                "text_rows": host_tensor(rows.reshape(1, 1, -1, 1), self.device),
-                **self.rope.decode_inputs(positions)}
+                "cross_last": tracked_ints(visible - 1, self.device),
+                "cross_attends": tracked_tensor((visible > 0).float().reshape(1, 1, -1, 1), self.device),
+                "text_rows": tracked_tensor(rows.reshape(1, 1, -1, 1), self.device)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
         """Device ops only (traceable): device logits ``[1, 1, 32, V]``. The cross layers always run (a trace
-        cannot skip them when no row attends vision tokens); rows that attend none add exact zeros there."""
+        cannot skip them when no row attends vision tokens); rows that attend none add exact zeros there. The step
+        then advances its positions and rotary indices by one on the device, as the next step's are unless the batch
+        changed (a replayed trace's inputs need no copy then: :mod:`tt_models.tt.decode_trace`)."""
         cross = CrossRows([inputs["cross_page_table"]], [inputs["cross_last"]], inputs["cross_attends"],
                           inputs["text_rows"])
         x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
-        for x in self._layers(x, kv_cache, cross, rot=(inputs["cos"], inputs["sin"]),
+        for x in self._layers(x, kv_cache, cross, rot=self.rotary_table.decode_rows(inputs["rot_idx"]),
                               trans_mat=self.rope.trans_mat_decode, page_table=inputs["page_table"],
                               current_pos=inputs["current_pos"]):
             pass
-        return self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
+        logits = self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
+        ttnn.plus_one(inputs["current_pos"], skip_negative_entries=True)
+        ttnn.plus_one(inputs["rot_idx"])
+        return logits
