@@ -99,6 +99,10 @@ def test_tokens_fed_back_on_the_device_equal_synchronous_ones(host_device, name,
     assert any(a != b for t in got for a, b in zip(t, t[1:])), "a run of one repeated token proves nothing"
     if enable_trace:  # a fed-back step finds its positions (advanced by the step before) on the device already
         assert {n: fed.traces.skipped[n] for n in STEADY[name]} == dict.fromkeys(STEADY[name], fed.feedback.steps)
+        # and its rows' sampling parameters, which change only with the batch (when positions are copied too)
+        for n in ("k", "p", "temp"):
+            assert fed.traces.skipped[n] >= fed.feedback.steps, (n, dict(fed.traces.skipped))
+            assert fed.traces.copies[n] <= fed.traces.copies["current_pos"], (n, dict(fed.traces.copies))
 
 
 def rotary_config(name):

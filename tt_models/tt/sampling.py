@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import torch
 
 from tt_models.runtime import ttnn, use
-from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor
+from tt_models.tt.decode_inputs import HostInputs, host_ints, host_tensor, tracked_ints, tracked_tensor
 from tt_models.tt.weights import mesh_mapper
 
 ROWS = 32
@@ -117,7 +117,8 @@ class SamplingBatch:
         mode = self.mode
         inputs: HostInputs = {}
         if mode.sample:
-            inputs["k"] = host_ints(torch.tensor(self.top_k + [1] * pad), device, ttnn.uint32)
+            # A row's parameters are its request's: a trace copies them only when the batch changed.
+            inputs["k"] = tracked_ints(torch.tensor(self.top_k + [1] * pad), device, ttnn.uint32)
             inputs["p"] = _row_vector(self.top_p + [0.0] * pad, device)
             inputs["temp"] = _row_vector(self.inv_temperature + [1.0] * pad, device)
             inputs["seeds"] = host_ints(torch.tensor(self.seeds + [0] * pad, dtype=torch.int64), device, ttnn.uint32)
@@ -152,7 +153,8 @@ def token_counts(rows: int, vocab_size: int, prompt_tokens: list[torch.Tensor | 
 
 
 def _row_vector(values: list[float], device: Any) -> Any:
-    return host_tensor(torch.tensor(values), device, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT)
+    """Per-row parameters (constant while the batch is): tracked, as ``k``."""
+    return tracked_tensor(torch.tensor(values), device, dtype=ttnn.bfloat16, layout=ttnn.ROW_MAJOR_LAYOUT)
 
 
 class TTSampling:
