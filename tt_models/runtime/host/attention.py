@@ -63,9 +63,10 @@ def _check_prefill_operands(op: str, *tensors: Tensor) -> None:
     for t in tensors:
         check(t.device() is not None, op, "Operands to SDPA need to be on device!")
         check(t.layout == Layout.TILE, op, "Inputs to SDPA must be tilized")
-        check(t.dtype in SDPA_DTYPES, op, f"Unsupported data type {t.dtype.name} (BFLOAT16, BFLOAT8_B, BFLOAT4_B)")
+        check(t.dtype in SDPA_DTYPES, op,
+              lambda: f"Unsupported data type {t.dtype.name} (BFLOAT16, BFLOAT8_B, BFLOAT4_B)")
         check(not t.is_sharded(), op, "Operands to SDPA need to be interleaved, not sharded")
-        check(len(t.shape) == 4, op, f"SDPA operands are rank 4, got {list(t.shape)}")
+        check(len(t.shape) == 4, op, lambda: f"SDPA operands are rank 4, got {list(t.shape)}")
 
 
 def _sink_logits(attention_sink: Tensor | None, heads: int, op: str) -> torch.Tensor | None:
@@ -233,7 +234,7 @@ def _decode_chunk(k_len: int, program_config: SDPAProgramConfig | None, paged: b
 def _check_decode_operands(q: Tensor, k: Tensor, v: Tensor, memory_config: MemoryConfig | None, op: str) -> None:
     for t in (q, k, v):
         check(t.device() is not None, op, "Operands to SDPA need to be on device!")
-        check(t.dtype in SDPA_DTYPES, op, f"Unsupported data type {t.dtype.name}.")
+        check(t.dtype in SDPA_DTYPES, op, lambda: f"Unsupported data type {t.dtype.name}.")
     for t in (k, v):
         check(t.layout == Layout.TILE, op, "Inputs to SDPA must be tilized except for Q")
         check(not t.is_sharded() and t.memory_config().buffer_type == BufferType.DRAM, op,
@@ -241,30 +242,30 @@ def _check_decode_operands(q: Tensor, k: Tensor, v: Tensor, memory_config: Memor
     qmc = q.memory_config()
     if q.is_sharded():
         check(qmc.memory_layout == TensorMemoryLayout.HEIGHT_SHARDED, op,
-              f"Q tensor memory layout must be HEIGHT_SHARDED when sharded but got {qmc.memory_layout.name}")
+              lambda: f"Q tensor memory layout must be HEIGHT_SHARDED when sharded but got {qmc.memory_layout.name}")
     else:
         check(qmc.buffer_type == BufferType.DRAM, op,
-              f"Q tensor buffer type must be DRAM when not sharded but got {qmc.buffer_type.name}")
+              lambda: f"Q tensor buffer type must be DRAM when not sharded but got {qmc.buffer_type.name}")
     if memory_config is not None and memory_config.is_sharded():
         check(memory_config.memory_layout == TensorMemoryLayout.HEIGHT_SHARDED, op,
               "Output memory config layout must be HEIGHT_SHARDED when sharded")
-    check(len(q.shape) == 4 and q.shape[0] == 1, op, f"Q must be [1, B, NH, D], got {list(q.shape)}")
+    check(len(q.shape) == 4 and q.shape[0] == 1, op, lambda: f"Q must be [1, B, NH, D], got {list(q.shape)}")
     check(k.shape[1] == v.shape[1], op,
-          f"Flash decode expects K and V to have same number of heads, but got {k.shape[1]} and {v.shape[1]}")
+          lambda: f"Flash decode expects K and V to have same number of heads, but got {k.shape[1]} and {v.shape[1]}")
     if k.shape[1] > 1:
         check(not (memory_config is not None and memory_config.is_sharded()), op,
               "Sharded output not supported for GQA")
-        check(q.dtype == DataType.BFLOAT16, op, f"GQA expects BFLOAT16 input tensor, but got {q.dtype.name}")
+        check(q.dtype == DataType.BFLOAT16, op, lambda: f"GQA expects BFLOAT16 input tensor, but got {q.dtype.name}")
         check(q.shape[2] % k.shape[1] == 0, op,
-              f"GQA expects Q to have a multiple of K heads, but got {q.shape[2]} and {k.shape[1]}")
+              lambda: f"GQA expects Q to have a multiple of K heads, but got {q.shape[2]} and {k.shape[1]}")
 
 
 def _check_cur_pos(cur_pos_tensor: Tensor, batch: int, op: str) -> torch.Tensor:
     t = cur_pos_tensor
-    check(t.dtype == DataType.INT32, op, f"Expect cur_pos to be INT32, got {t.dtype.name}")
-    check(t.layout == Layout.ROW_MAJOR, op, f"Expect cur_pos to be ROW_MAJOR, got {t.layout.name}")
+    check(t.dtype == DataType.INT32, op, lambda: f"Expect cur_pos to be INT32, got {t.dtype.name}")
+    check(t.layout == Layout.ROW_MAJOR, op, lambda: f"Expect cur_pos to be ROW_MAJOR, got {t.layout.name}")
     pos = t.value.reshape(-1).to(torch.int64)
-    check(len(pos) == batch, op, f"cur_pos must have batch size equal to Q, got {len(pos)} and {batch}")
+    check(len(pos) == batch, op, lambda: f"cur_pos must have batch size equal to Q, got {len(pos)} and {batch}")
     return pos
 
 
@@ -346,7 +347,9 @@ def _decode_rows(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 def _causal_keep(pos: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
     """Keys ``[max(0, pos+1-W), pos]`` per user (none for pos == -1), over ``length`` slots."""
     j = torch.arange(length)
-    lo = (pos + 1 - window).clamp(min=0) if window is not None else torch.zeros_like(pos)
+    if window is None:
+        return j <= pos[:, None]
+    lo = (pos + 1 - window).clamp(min=0)
     return (j >= lo[:, None]) & (j <= pos[:, None])
 
 
@@ -471,17 +474,24 @@ def _key_sets(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: 
     kept = kept_sets(k_cache, v_cache)
     nb, geometry = blocks.shape[1], tuple(k.shape)
     rows = torch.cat([blocks, keep.to(blocks.dtype)], dim=1)
-    unique, key_set = torch.unique(rows, dim=0, return_inverse=True)
-    names = [(geometry, tuple(v.shape), r.numpy().tobytes()) for r in unique]
+    # The distinct rows in order of first use, found in Python: a few dozen short rows (torch.unique sorts them).
+    user_names = [(geometry, tuple(v.shape), r.tobytes()) for r in rows.numpy()]
+    first_user: dict[tuple, int] = {}
+    for user, name in enumerate(user_names):
+        first_user.setdefault(name, user)
+    names = list(first_user)
+    unique = rows[list(first_user.values())]
     missing = [i for i, name in enumerate(names) if kept is None or name not in kept]
     if len(unique) == len(rows) and len(missing) == len(unique):  # nothing shared, nothing kept: one batched read
         keys, values = _gathered(k, v, blocks, keep)
-        _keep(kept, [names[i] for i in key_set.tolist()], keys, values, geometry, blocks)
+        _keep(kept, user_names, keys, values, geometry, blocks)
         return keys, values, None
     found = kept if kept is not None else {}
     if missing:
         keys, values = _gathered(k, v, unique[missing, :nb], unique[missing, nb:].bool())
         _keep(found, [names[i] for i in missing], keys, values, geometry, unique[missing, :nb])
+    number = {name: i for i, name in enumerate(names)}
+    key_set = torch.tensor([number[name] for name in user_names], dtype=torch.int64)
     return [found[n].keys for n in names], [found[n].values for n in names], key_set
 
 
@@ -489,15 +499,18 @@ def _gathered(k: torch.Tensor, v: torch.Tensor, blocks: torch.Tensor,
               keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     keys, values = gather_pages(k, blocks), gather_pages(v, blocks)
     # Rows outside keep may hold anything (stale or NaN rows of a partly written block): 0 * NaN would leak.
-    values.transpose(1, 2)[~keep] = 0.0
+    # Zeroed by their indices: a few rows per user, where a mask over every value costs a pass over all of them.
+    users, rows = (~keep).nonzero(as_tuple=True)
+    values[users, :, rows, :] = 0.0
     return keys, values
 
 
 def _keep(kept: dict[tuple, KeptSet] | None, names: list[tuple], keys: torch.Tensor, values: torch.Tensor,
           geometry: tuple[int, ...], blocks: torch.Tensor) -> None:
     """Keep each set for later reads (when its caches can be tracked)."""
-    for i, name in enumerate(names if kept is not None else ()):
-        kept[name] = KeptSet(keys[i], values[i], geometry, frozenset(blocks[i].tolist()))
+    if kept is not None:
+        for name, key, value, row in zip(names, keys, values, blocks.tolist()):
+            kept[name] = KeptSet(key, value, geometry, frozenset(row))
 
 
 def _circular_keep(pos: torch.Tensor, modulo: int, window: int | None, bs: int, slots: int,

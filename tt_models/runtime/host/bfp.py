@@ -63,25 +63,36 @@ def pack_host(x: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
     return _unblock(value, width)
 
 
+_INT32: dict[int, torch.Tensor] = {}
+
+
+def _int32(n: int) -> torch.Tensor:
+    """``n`` as a 0-dim int32 tensor: an op on one costs less than on a Python int, which torch wraps at every call."""
+    if n not in _INT32:
+        _INT32[n] = torch.tensor(n, dtype=torch.int32)
+    return _INT32[n]
+
+
 def pack_device(x: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
-    """Quantize with the device packer model (input first rounded to bfloat16)."""
+    """Quantize with the device packer model (input first rounded to bfloat16).
+
+    Written in few passes (a cache update packs a few thousand values, where each pass costs more than its
+    arithmetic): zeros and denormals have exponent 0, so the block max over all values is the max over normals, and
+    their magnitude 0 gives 0 at any shift.
+    """
     blocks, width = _blocks(round_to_bfloat16(x.to(torch.float32)).contiguous())
     bits = blocks.view(torch.int32)
-    exp = (bits >> 23) & 0xFF
-    sign = bits < 0
-    normal = exp != 0
+    exp = (bits >> _int32(23)) & _int32(0xFF)
+    shared = exp.amax(dim=-1, keepdim=True)
     # 7-bit magnitude: hidden bit + the top 6 of bfloat16's 7 fraction bits (the last one truncated).
-    # int32 throughout: (mag << 1) has 8 bits, so every shift from 8 up gives 0, as the real shift past it does.
-    mag = torch.where(normal, ((bits >> 17) & 0x3F) | 0x40, torch.zeros_like(bits))
-    shared = torch.where(normal, exp, torch.zeros_like(exp)).amax(dim=-1, keepdim=True)
-    shift = torch.where(normal, shared - exp, torch.full_like(mag, 31)).clamp(max=31)
-    # one guard bit, round half away from zero
-    guarded = (mag << 1) >> shift
-    q = ((guarded + 1) >> 1).clamp(max=0x7F)
-    q = torch.where(shift == 0, mag, q)
+    mag = (((bits >> _int32(17)) & _int32(0x3F)) | _int32(0x40)) * (exp != 0)
+    # One guard bit, round half away from zero: q = floor(mag / 2**shift + 1/2), which is mag at shift 0 and at most
+    # 64 past it (no saturation). int32 throughout: (mag << 1) has 8 bits, so any shift from 8 up gives 0, as the
+    # real shift past it does (31: torch's int32 shifts stop there).
+    q = (((mag << _int32(1)) >> (shared - exp).clamp_(max=31)) + _int32(1)) >> _int32(1)
     if mantissa_bits < 7:
-        q = q >> (7 - mantissa_bits)
+        q = q >> _int32(7 - mantissa_bits)
+    negative = bits >> _int32(31)  # -1 for a set sign bit, else 0: q ^ -1 - -1 is -q
+    q = (q ^ negative) - negative  # an integer 0 stays +0 below
     scale = torch.pow(2.0, (shared - 127 - (mantissa_bits - 1)).to(torch.float32))
-    value = q.to(torch.float32) * scale
-    value = torch.where(sign & (q != 0), -value, value)
-    return _unblock(value, width)
+    return _unblock(q.to(torch.float32) * scale, width)

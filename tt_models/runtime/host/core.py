@@ -152,7 +152,7 @@ def typecast(input_tensor: Tensor, dtype: DataType, *, memory_config: MemoryConf
              output_tensor: Tensor | None = None, sub_core_grids: CoreRangeSet | None = None) -> Tensor:
     _check_on_device(input_tensor, "typecast")
     check(not (dtype in BLOCK_FLOAT_DTYPES and input_tensor.layout != Layout.TILE), "typecast",
-          f"typecast to {dtype.name} needs a TILE tensor")
+          lambda: f"typecast to {dtype.name} needs a TILE tensor")
     value = input_tensor.value
     if input_tensor.is_float and dtype not in BLOCK_FLOAT_DTYPES and dtype not in (DataType.FLOAT32, DataType.BFLOAT16):
         value = value.round()
@@ -310,8 +310,8 @@ def _check_shard_fits(shape: Sequence[int], memory_config: MemoryConfig, layout:
                                                                             key=lambda c: (c.y, c.x))
     for core in outside:
         check(core.x < banks.x and core.y < banks.y, op,
-              f"Invalid shard grid: shard core ({core.x}, {core.y}) has no {'DRAM' if dram else 'L1'} bank on this "
-              f"device, which has {banks.x * banks.y} of them")
+              lambda: f"Invalid shard grid: shard core ({core.x}, {core.y}) has no {'DRAM' if dram else 'L1'} bank "
+                      f"on this device, which has {banks.x * banks.y} of them")
     dims = list(shape)
     height = 1
     for d in dims[:-1]:
@@ -319,15 +319,15 @@ def _check_shard_fits(shape: Sequence[int], memory_config: MemoryConfig, layout:
     width = dims[-1]
     if layout == Layout.TILE:
         check(spec.shape[0] % TILE_SIZE == 0 and spec.shape[1] % TILE_SIZE == 0, op,
-              f"shard shape {spec.shape} is not a multiple of the 32x32 tile")
+              lambda: f"shard shape {spec.shape} is not a multiple of the 32x32 tile")
     cores = spec.num_cores()
     if memory_config.memory_layout == TensorMemoryLayout.HEIGHT_SHARDED:
-        check(spec.shape[1] >= width, op, f"height-sharded shard width {spec.shape[1]} < tensor width {width}")
+        check(spec.shape[1] >= width, op, lambda: f"height-sharded shard width {spec.shape[1]} < tensor width {width}")
         check(spec.shape[0] * cores >= height, op,
-              f"{cores} shards of height {spec.shape[0]} cannot hold height {height}")
+              lambda: f"{cores} shards of height {spec.shape[0]} cannot hold height {height}")
     elif memory_config.memory_layout == TensorMemoryLayout.WIDTH_SHARDED:
         check(spec.shape[1] * cores >= width, op,
-              f"{cores} shards of width {spec.shape[1]} cannot hold width {width}")
+              lambda: f"{cores} shards of width {spec.shape[1]} cannot hold width {width}")
 
 
 def _check_on_device(tensor: Tensor, op: str) -> None:
@@ -345,7 +345,7 @@ def _into(output_tensor: Tensor | None, result: Tensor) -> Tensor:
     if output_tensor is None:
         return result
     check(tuple(output_tensor.shape) == tuple(result.shape), "output_tensor",
-          f"preallocated output has shape {list(output_tensor.shape)}, the result {list(result.shape)}")
+          lambda: f"preallocated output has shape {list(output_tensor.shape)}, the result {list(result.shape)}")
     same = result.dtype == output_tensor.dtype
     output_tensor.value = result.value if same else quantize(result.value, output_tensor.dtype, device_packer=True)
     return output_tensor

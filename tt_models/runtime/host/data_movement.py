@@ -41,7 +41,8 @@ class TileReshapeMapMode(enum.Enum):
 
 
 def _out(tensor: Tensor, values: torch.Tensor, memory_config: MemoryConfig | None) -> Tensor:
-    return tensor.like(values, memory_config=memory_config or tensor.memory_config())
+    """The output of an op that moved ``tensor``'s values (and others of its dtype) to ``values``."""
+    return tensor.rearranged(values, memory_config=memory_config or tensor.memory_config())
 
 
 def _dim(dim: int, rank: int, op: str) -> int:
@@ -134,7 +135,8 @@ def pad(input_tensor: Tensor, padding: Sequence[Sequence[int]], value: float, *,
           "front padding is not supported for TILE layout on device")
     flat = [p for a, b in reversed(pairs) for p in (a, b)]
     values = torch.nn.functional.pad(input_tensor.value, flat, value=value)
-    return _out(input_tensor, values, memory_config)
+    # like, not _out: the pad value is not one of the tensor's values, it may need rounding to its dtype
+    return input_tensor.like(values, memory_config=memory_config or input_tensor.memory_config())
 
 
 def squeeze(input_tensor: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:

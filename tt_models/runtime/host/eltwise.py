@@ -138,7 +138,9 @@ def _operand(x: Tensor | float | int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _broadcast(op: str, *operands: object) -> None:
-    shapes = [tuple(t.shape) for t in operands if isinstance(t, Tensor)]
+    shapes = [t.value.shape for t in operands if isinstance(t, Tensor)]
+    if all(s == shapes[0] for s in shapes):  # the common case; torch.broadcast_shapes is slow Python
+        return
     try:
         torch.broadcast_shapes(*shapes)
     except RuntimeError:
@@ -156,7 +158,7 @@ def _binary(op: str, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], a
         _check_on_device(t, op)
     if len(tensors) == 2:
         check(a.dtype == b.dtype or (a.is_float and b.is_float), op,
-              f"operand dtypes {a.dtype.name} and {b.dtype.name} must match unless both are float types")
+              lambda: f"operand dtypes {a.dtype.name} and {b.dtype.name} must match unless both are float types")
         _broadcast(op, a, b)
     compute = _compute_dtype(a, b)
     x = _apply(_operand(a, compute), a_activations)

@@ -7,6 +7,8 @@ to whole 32-row tiles.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .errors import check, unsupported
@@ -23,8 +25,9 @@ def _round_tile(n: int) -> int:
     return -(-n // TILE_SIZE) * TILE_SIZE
 
 
+@functools.lru_cache(maxsize=64)
 def _cores(start: int, count: int, grid: CoreCoord) -> CoreRangeSet:
-    """Cores ``start .. start+count-1`` of the grid, row by row."""
+    """Cores ``start .. start+count-1`` of the grid, row by row (built once: every decode layer asks again)."""
     check(start + count <= grid.x * grid.y, "core grid", f"{start + count} cores do not fit a {grid.x}x{grid.y} grid")
     coords = [CoreCoord(i % grid.x, i // grid.x) for i in range(start, start + count)]
     return CoreRangeSet([CoreRange(c, c) for c in coords])
@@ -43,7 +46,8 @@ def nlp_create_qkv_heads(input: Tensor, input_kv: Tensor | None = None, *, num_h
         raise unsupported(op, "kv_tied / output_tensors")
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
     check(input.layout == Layout.TILE, op, "input must be in TILE layout")
-    check(len(input.shape) == 4 and input.shape[1] == 1, op, f"input must be [B, 1, S, W], got {list(input.shape)}")
+    check(len(input.shape) == 4 and input.shape[1] == 1, op,
+          lambda: f"input must be [B, 1, S, W], got {list(input.shape)}")
     batch, _, seq, width = input.shape
     x = input.value
     if input_kv is None:
@@ -56,7 +60,8 @@ def nlp_create_qkv_heads(input: Tensor, input_kv: Tensor | None = None, *, num_h
         check(width % num_heads == 0, op, f"input width {width} is not a multiple of num_heads {num_heads}")
         dim = width // num_heads
         check(input_kv.shape[-1] == 2 * num_kv_heads * dim, op,
-              f"input_kv width {input_kv.shape[-1]} must be 2 * num_kv_heads * head_dim = {2 * num_kv_heads * dim}")
+              lambda: f"input_kv width {input_kv.shape[-1]} must be 2 * num_kv_heads * head_dim = "
+                      f"{2 * num_kv_heads * dim}")
         q, kv = x, input_kv.value
     check(dim % TILE_SIZE == 0, op, f"head_dim {dim} must be a multiple of {TILE_SIZE}")
 
@@ -68,7 +73,9 @@ def nlp_create_qkv_heads(input: Tensor, input_kv: Tensor | None = None, *, num_h
     if transpose_k_heads:
         k = k.transpose(-1, -2).contiguous()
     mc = memory_config or input.memory_config()
-    return tuple(input.like(t, memory_config=mc) for t in (heads(q, num_heads), k, v))
+    # K and V come from input_kv when given: rounded to the input's dtype unless they are in it already.
+    out = input.rearranged if input_kv is None or input_kv.dtype == input.dtype else input.like
+    return tuple(out(t, memory_config=mc) for t in (heads(q, num_heads), k, v))
 
 
 def nlp_create_qkv_heads_decode(input_tensor: Tensor, *, num_heads: int, num_kv_heads: int | None = None,
@@ -79,10 +86,10 @@ def nlp_create_qkv_heads_decode(input_tensor: Tensor, *, num_heads: int, num_kv_
     if output_tensors is not None:
         raise unsupported(op, "output_tensors")
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-    check(input_tensor.dtype == DataType.BFLOAT16, op, f"input must be BFLOAT16, got {input_tensor.dtype.name}")
+    check(input_tensor.dtype == DataType.BFLOAT16, op, lambda: f"input must be BFLOAT16, got {input_tensor.dtype.name}")
     check(input_tensor.layout == Layout.TILE, op, "input must be in TILE layout")
     check(len(input_tensor.shape) == 4 and input_tensor.shape[:2] == (1, 1), op,
-          f"input must be [1, 1, B, W], got {list(input_tensor.shape)}")
+          lambda: f"input must be [1, 1, B, W], got {list(input_tensor.shape)}")
     users, width = input_tensor.shape[2], input_tensor.shape[3]
     check(users <= TILE_SIZE, op, f"batch {users} must be <= {TILE_SIZE}")
     check(width % (num_heads + 2 * num_kv_heads) == 0, op,
@@ -94,7 +101,7 @@ def nlp_create_qkv_heads_decode(input_tensor: Tensor, *, num_heads: int, num_kv_
     if batch_offset is not None:
         start = int(batch_offset.value.reshape(-1)[0])
         check(0 <= start and start + slice_size <= users, op,
-              f"slice [{start}, {start + slice_size}) is outside the batch {users}")
+              lambda: f"slice [{start}, {start + slice_size}) is outside the batch {users}")
         x, users = x[start:start + slice_size], slice_size
     q = x[:, :num_heads * dim].reshape(1, users, num_heads, dim)
     k = x[:, num_heads * dim:(num_heads + num_kv_heads) * dim].reshape(1, users, num_kv_heads, dim)
@@ -106,7 +113,7 @@ def nlp_create_qkv_heads_decode(input_tensor: Tensor, *, num_heads: int, num_kv_
     outs = []
     for t, n, cores in ((q, num_heads, q_cores), (k, num_kv_heads, kv_cores), (v, num_kv_heads, kv_cores)):
         mc = _sharded(TensorMemoryLayout.HEIGHT_SHARDED, cores, (_round_tile(n), dim))
-        outs.append(input_tensor.like(t.contiguous(), memory_config=mc))
+        outs.append(input_tensor.rearranged(t.contiguous(), memory_config=mc))
     return tuple(outs)
 
 
@@ -117,7 +124,7 @@ def nlp_concat_heads(input_tensor: Tensor, *, memory_config: MemoryConfig | None
     batch, heads, seq, dim = input_tensor.shape
     check(dim % TILE_SIZE == 0, op, f"head_dim {dim} must be a multiple of {TILE_SIZE}")
     out = input_tensor.value.transpose(1, 2).reshape(batch, 1, seq, heads * dim)
-    return input_tensor.like(out, memory_config=memory_config or input_tensor.memory_config())
+    return input_tensor.rearranged(out, memory_config=memory_config or input_tensor.memory_config())
 
 
 def nlp_concat_heads_decode(input_tensor: Tensor, *, num_heads: int, memory_config: MemoryConfig | None = None,
@@ -130,7 +137,7 @@ def nlp_concat_heads_decode(input_tensor: Tensor, *, num_heads: int, memory_conf
           input_tensor.memory_config().memory_layout == TensorMemoryLayout.HEIGHT_SHARDED, op,
           "input must be height sharded")
     check(len(input_tensor.shape) == 4 and input_tensor.shape[0] == 1, op,
-          f"input must be [1, B, heads, D], got {list(input_tensor.shape)}")
+          lambda: f"input must be [1, B, heads, D], got {list(input_tensor.shape)}")
     _, users, heads, dim = input_tensor.shape
     check(users <= TILE_SIZE, op, f"batch {users} must be <= {TILE_SIZE}")
     check(num_heads <= heads, op, f"num_heads {num_heads} exceeds the input's {heads} head rows")
@@ -140,4 +147,4 @@ def nlp_concat_heads_decode(input_tensor: Tensor, *, num_heads: int, memory_conf
     if memory_config is None:
         grid = sub_core_grids or _cores(0, num_heads, input_tensor.device().compute_with_storage_grid_size())
         memory_config = _sharded(TensorMemoryLayout.WIDTH_SHARDED, grid, (TILE_SIZE, dim))
-    return input_tensor.like(out, memory_config=memory_config)
+    return input_tensor.rearranged(out, memory_config=memory_config)

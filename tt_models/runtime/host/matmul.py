@@ -122,8 +122,8 @@ def _check_layouts(op: str, a: Tensor, b: Tensor, program_config: ProgramConfig 
                                       "the program config's fused_activation field")
     if program_config is None:
         check(a.is_sharded() or not b.is_sharded(), op,
-              "MatmulMultiCoreProgramConfig: Input B memory layout must be INTERLEAVED, got: "
-              f"{b.memory_config().memory_layout}")
+              lambda: "MatmulMultiCoreProgramConfig: Input B memory layout must be INTERLEAVED, got: "
+                      f"{b.memory_config().memory_layout}")
         return memory_config
     if not isinstance(program_config, MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig):
         return memory_config
@@ -132,13 +132,13 @@ def _check_layouts(op: str, a: Tensor, b: Tensor, program_config: ProgramConfig 
           f"{name}: Input A must be width-sharded")
     b_memory = b.memory_config()
     check(b_memory.memory_layout == TensorMemoryLayout.WIDTH_SHARDED and b_memory.buffer_type == BufferType.DRAM, op,
-          f"{name}: Input B memory layout must be WIDTH_SHARDED in DRAM, got: {b_memory.memory_layout} "
-          f"in {b_memory.buffer_type}")
+          lambda: f"{name}: Input B memory layout must be WIDTH_SHARDED in DRAM, got: {b_memory.memory_layout} "
+                  f"in {b_memory.buffer_type}")
     check(memory_config is not None and memory_config.is_sharded(), op,
           f"{name}: Output memory config must be sharded for DRAM sharded program config")
     k_tiles = a.padded_shape[-1] // TILE_SIZE
     check(k_tiles % program_config.in0_block_w == 0, op,
-          f"{name}: K ({k_tiles}) must be divisible by in0_block_w ({program_config.in0_block_w})")
+          lambda: f"{name}: K ({k_tiles}) must be divisible by in0_block_w ({program_config.in0_block_w})")
     if memory_config.shard_spec is not None:
         return memory_config
     a_spec = a.memory_config().shard_spec
@@ -153,7 +153,7 @@ def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: boo
     for name, t in (("input_tensor_a", a), ("input_tensor_b", b), ("bias", bias)):
         if t is not None:
             _check_on_device(t, op)
-            check(t.layout == Layout.TILE, op, f"{name} must be in TILE layout, got {t.layout.name}")
+            check(t.layout == Layout.TILE, op, lambda: f"{name} must be in TILE layout, got {t.layout.name}")
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise unsupported(op, "1-D inputs (dot / vector products)")
     if output_tile is not None:
@@ -165,25 +165,27 @@ def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: boo
     if transpose_b:
         w = w.transpose(-1, -2)
     check(x.shape[-1] == w.shape[-2], op,
-          f"inner dims differ: input_tensor_a {list(a.shape)} has K={x.shape[-1]}, "
-          f"input_tensor_b {list(b.shape)} has K={w.shape[-2]}")
+          lambda: f"inner dims differ: input_tensor_a {list(a.shape)} has K={x.shape[-1]}, "
+                  f"input_tensor_b {list(b.shape)} has K={w.shape[-2]}")
     rank = max(x.dim(), w.dim())
     batch_a = (1,) * (rank - x.dim()) + tuple(x.shape[:-2])
     batch_b = (1,) * (rank - w.dim()) + tuple(w.shape[:-2])
     reuse_a = math.prod(batch_a) == 1 and x.dim() == w.dim() >= 3
     check(math.prod(batch_b) == 1 or batch_a == batch_b or reuse_a, op,
-          f"batch dims of input_tensor_a {list(x.shape[:-2])} and input_tensor_b {list(w.shape[:-2])}: b's must "
-          "be all 1, equal a's, or (a's all 1, same rank >= 3) be broadcast over a")
+          lambda: f"batch dims of input_tensor_a {list(x.shape[:-2])} and input_tensor_b {list(w.shape[:-2])}: b's "
+                  f"must "
+                  "be all 1, equal a's, or (a's all 1, same rank >= 3) be broadcast over a")
     out = torch.matmul(x, w)
     if bias is not None:
         n = w.shape[-1]
         check(bias.shape[-1] == n and math.prod(bias.shape[:-1]) == 1, op,
-              f"bias must be a single row of width N={n}, got shape {list(bias.shape)}")
+              lambda: f"bias must be a single row of width N={n}, got shape {list(bias.shape)}")
         out = out + bias.float().reshape(n)
     fused = getattr(program_config, "fused_activation", None)
     if fused is not None or activation is not None:
         out = activation_function(fused if fused is not None else activation)(out)
-    out = out.reshape(out.shape[out.dim() - x.dim():])  # the dims dropped here are all 1: rank of a, as ttnn
+    if out.dim() != x.dim():
+        out = out.reshape(out.shape[out.dim() - x.dim():])  # the dims dropped here are all 1: rank of a, as ttnn
     dtype = dtype or (optional_output_tensor.dtype if optional_output_tensor is not None else None)
     result = a.like(out, dtype=dtype, layout=Layout.TILE, memory_config=memory_config or DRAM_MEMORY_CONFIG)
     return _into(optional_output_tensor, result)

@@ -207,6 +207,9 @@ def get_device_tensors(tensor: Tensor | MeshTensor) -> list[Tensor]:
 # --- running ops chip by chip -------------------------------------------------------------------
 
 
+_NESTING = (MeshTensor, list, tuple)  # the operands that may hold mesh tensors
+
+
 def _chips_of(values: Any) -> int | None:
     """The chip count of the mesh tensors among an op's arguments (None without any); they must agree."""
     found = None
@@ -249,6 +252,11 @@ def per_chip(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> Any:
         operands = [*args, *kwargs.values()]
+        for value in operands:
+            if isinstance(value, _NESTING):
+                break
+        else:  # a single-chip op (the common case): nothing to look into
+            return fn(*args, **kwargs)
         chips = _chips_of(operands)
         if chips is None:
             return fn(*args, **kwargs)

@@ -62,7 +62,7 @@ class LayerNormShardedMultiCoreProgramConfig:
 def _check_input(op: str, input_tensor: Tensor) -> None:
     _check_on_device(input_tensor, op)
     check(input_tensor.layout == Layout.TILE, op, "the input must be in TILE layout")
-    check(input_tensor.dtype in _NORM_DTYPES, op, f"unsupported input dtype {input_tensor.dtype.name}")
+    check(input_tensor.dtype in _NORM_DTYPES, op, lambda: f"unsupported input dtype {input_tensor.dtype.name}")
 
 
 def _softmax_values(op: str, input_tensor: Tensor, dim: int) -> torch.Tensor:
@@ -97,10 +97,12 @@ def _affine(op: str, name: str, param: Tensor | None, input_tensor: Tensor) -> t
     if param.layout == Layout.TILE:
         check(param.padded_shape[-1] == padded_width and param.padded_shape[-2] == TILE_SIZE
               and param.volume() == param.shape[-1], op,
-              f"TILE {name} must be one row as wide as the input ({padded_width} padded), got {list(param.shape)}")
+              lambda: f"TILE {name} must be one row as wide as the input ({padded_width} padded), got "
+                      f"{list(param.shape)}")
     else:
         check(param.shape[-1] == TILE_SIZE and param.volume() == padded_width, op,
-              f"ROW_MAJOR {name} must be [..., {padded_width // TILE_SIZE}, {TILE_SIZE}], got {list(param.shape)}")
+              lambda: f"ROW_MAJOR {name} must be [..., {padded_width // TILE_SIZE}, {TILE_SIZE}], got "
+                      f"{list(param.shape)}")
     return param.float().reshape(-1)[:width]
 
 
@@ -114,7 +116,7 @@ def _check_sharded_program(op: str, input_tensor: Tensor, memory_config: MemoryC
     k_tiles = input_tensor.padded_shape[-1] // TILE_SIZE
     if input_tensor.memory_config().memory_layout == TensorMemoryLayout.WIDTH_SHARDED:
         check(-(-k_tiles // spec.num_cores()) == program_config.block_w, op,
-              f"block_w ({program_config.block_w}) must equal to K (in tiles) / num_cores ({spec.num_cores()})")
+              lambda: f"block_w ({program_config.block_w}) must equal to K (in tiles) / num_cores ({spec.num_cores()})")
 
 
 def _norm(op: str, input_tensor: Tensor, epsilon: float, weight: Tensor | None, bias: Tensor | None,
@@ -130,8 +132,8 @@ def _norm(op: str, input_tensor: Tensor, epsilon: float, weight: Tensor | None, 
     if residual_input_tensor is not None:
         _check_input(op, residual_input_tensor)
         check(residual_input_tensor.padded_shape == input_tensor.padded_shape, op,
-              f"residual padded shape {list(residual_input_tensor.padded_shape)} != input padded shape "
-              f"{list(input_tensor.padded_shape)}")
+              lambda: f"residual padded shape {list(residual_input_tensor.padded_shape)} != input padded shape "
+                      f"{list(input_tensor.padded_shape)}")
         x = x + residual_input_tensor.float().reshape(x.shape)
     gamma = _affine(op, "weight", weight, input_tensor)
     beta = _affine(op, "bias", bias, input_tensor)

@@ -30,12 +30,13 @@ CACHE_DTYPES = (DataType.FLOAT32, DataType.BFLOAT16, DataType.BFLOAT8_B, DataTyp
 def check_page_table(page_table: Tensor, op: str, batch: int) -> torch.Tensor:
     """Validate a ``[B, nb]`` INT32 ROW_MAJOR page table (UINT16 if sharded); return its values as int64."""
     want = DataType.UINT16 if page_table.is_sharded() else DataType.INT32
-    check(page_table.dtype == want, op, f"Expect page table to have datatype {want.name}, got {page_table.dtype.name}")
+    check(page_table.dtype == want, op,
+          lambda: f"Expect page table to have datatype {want.name}, got {page_table.dtype.name}")
     check(page_table.layout == Layout.ROW_MAJOR, op, "Expect page table to have memory layout in ROW MAJOR")
     check(len(page_table.shape) == 2, op,
-          f"page table must be [batch, max_blocks_per_seq], got {list(page_table.shape)}")
+          lambda: f"page table must be [batch, max_blocks_per_seq], got {list(page_table.shape)}")
     check(page_table.shape[0] == batch, op,
-          f"Batch size between page_table ({page_table.shape[0]}) and input ({batch}) must match")
+          lambda: f"Batch size between page_table ({page_table.shape[0]}) and input ({batch}) must match")
     return page_table.value.to(torch.int64)
 
 
@@ -49,9 +50,11 @@ def check_blocks(blocks: torch.Tensor, num_blocks: int, op: str) -> None:
 def gather_pages(cache: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """``[P, H, bs, D]`` pages read through a ``[B, n]`` table -> a new contiguous ``[B, H, n*bs, D]``."""
     batch, n = table.shape
-    _, heads, bs, dim = cache.shape
-    # Indexing blocks and heads together lands the result in [B, H, n, bs, D] order in one pass.
-    return cache[table[:, None, :], torch.arange(heads)[None, :, None]].view(batch, heads, n * bs, dim)
+    pages, heads, bs, dim = cache.shape
+    # One index_select of (block, head) pages lands the result in [B, H, n, bs, D] order in one pass (indexing
+    # blocks and heads with two index tensors does the same several times slower).
+    pages_read = (table[:, None, :] * heads + torch.arange(heads)[:, None]).reshape(-1)
+    return cache.reshape(pages * heads, bs * dim).index_select(0, pages_read).view(batch, heads, n * bs, dim)
 
 
 def fp32_dest(compute_kernel_config: WormholeComputeKernelConfig | None) -> bool:
@@ -69,9 +72,9 @@ def write_rows(cache: torch.Tensor, dtype: DataType, blk: torch.Tensor, off: tor
     """
     if len(blk) == 0:  # every user skipped (bfp._blocks cannot reshape an empty tensor)
         return
-    keys = blk * cache.shape[2] + off
-    uniq, inverse = torch.unique(keys, return_inverse=True)
-    if len(uniq) != len(keys):
+    keys = (blk * cache.shape[2] + off).tolist()  # a row per user: a set finds repeats faster than torch.unique
+    if len(set(keys)) != len(keys):
+        uniq, inverse = torch.unique(torch.tensor(keys), return_inverse=True)
         last = torch.full((len(uniq),), -1, dtype=torch.int64)
         last = last.scatter_reduce(0, inverse, torch.arange(len(keys)), "amax")
         blk, off, rows = blk[last], off[last], rows[last]
@@ -86,14 +89,15 @@ def paged_view(cache: Tensor, num_heads: int, block_size: int, head_dim: int, op
     """The cache pages seen as ``[P, num_heads, block_size, head_dim]`` (geometry overrides), sharing storage."""
     p, h, bs, d = cache.padded_shape
     check(num_heads * block_size * head_dim == h * bs * d, op,
-          f"{op} geometry mismatch: cache has {h * bs * d} elems/block (kv_heads={h}, block_size={bs}, "
-          f"head_dim={d}) but call view is {num_heads * block_size * head_dim} (kv_heads={num_heads}, "
-          f"block_size={block_size}, head_dim={head_dim}).")
+          lambda: f"{op} geometry mismatch: cache has {h * bs * d} elems/block (kv_heads={h}, block_size={bs}, "
+                  f"head_dim={d}) but call view is {num_heads * block_size * head_dim} (kv_heads={num_heads}, "
+                  f"block_size={block_size}, head_dim={head_dim}).")
     check(block_size % TILE_SIZE == 0, op,
           f"effective block_size ({block_size}) must be a multiple of TILE_HEIGHT ({TILE_SIZE})")
     if head_dim == d:  # keep the cache's logical head dim (D % 32 != 0 is tile padding)
         return cache.value.view(p, num_heads, block_size, cache.shape[3])
-    check(cache.shape[3] == d, op, f"a head_dim override needs a tile-aligned cache head dim, got {cache.shape[3]}")
+    check(cache.shape[3] == d, op,
+          lambda: f"a head_dim override needs a tile-aligned cache head dim, got {cache.shape[3]}")
     return cache.value.view(p, num_heads, block_size, head_dim)
 
 
@@ -110,7 +114,7 @@ def _check_decode_input(inp: Tensor, op: str) -> None:
           "Data type of input tensor for update cache must be FLOAT32 or BFLOAT16")
     check(len(inp.shape) == 4 and inp.shape[0] == 1, op, "Dim 0 of input tensor must be 1")
     check(inp.padded_shape[-1] % TILE_SIZE == 0, op,
-          f"input_tensor last dim ({inp.padded_shape[-1]}) must be a multiple of TILE_WIDTH ({TILE_SIZE})")
+          lambda: f"input_tensor last dim ({inp.padded_shape[-1]}) must be a multiple of TILE_WIDTH ({TILE_SIZE})")
     check(inp.is_sharded(), op, "Expect input_tensor to be sharded")
     mc = inp.memory_config()
     check(mc.memory_layout != TensorMemoryLayout.WIDTH_SHARDED, op,
@@ -118,13 +122,13 @@ def _check_decode_input(inp: Tensor, op: str) -> None:
     spec = mc.shard_spec
     check(spec is not None, op, "a sharded input_tensor needs a shard spec")
     check(spec.shape[1] == inp.padded_shape[-1], op,
-          f"Expect input_tensor to have shard width ({spec.shape[1]}) equal to the last dimension of the "
-          f"input tensor padded shape ({inp.padded_shape[-1]})")
+          lambda: f"Expect input_tensor to have shard width ({spec.shape[1]}) equal to the last dimension of the "
+                  f"input tensor padded shape ({inp.padded_shape[-1]})")
     check(spec.orientation == ShardOrientation.ROW_MAJOR, op, "Only ROW_MAJOR sharding is supported")
     users = inp.shape[1]
     check(spec.num_cores() == users, op,
-          f"Input tensor shard grid must have num_cores ({spec.num_cores()}) equal to the number of users / "
-          f"batch ({users}). The kernel dispatches one user per core")
+          lambda: f"Input tensor shard grid must have num_cores ({spec.num_cores()}) equal to the number of users / "
+                  f"batch ({users}). The kernel dispatches one user per core")
 
 
 def _positions(update_idxs: list[int], update_idxs_tensor: Tensor | None, users: int, op: str) -> torch.Tensor:
@@ -143,7 +147,7 @@ def _positions(update_idxs: list[int], update_idxs_tensor: Tensor | None, users:
         else:
             check(t.memory_config().buffer_type == BufferType.DRAM, op, "Expect update_idxs to have buffer type DRAM")
         pos = t.value.reshape(-1).to(torch.int64)
-    check(len(pos) == users, op, f"Number of update_idxs ({len(pos)}) should match batch size ({users})")
+    check(len(pos) == users, op, lambda: f"Number of update_idxs ({len(pos)}) should match batch size ({users})")
     return pos
 
 
@@ -217,41 +221,43 @@ def _update(cache_tensor: Tensor, input_tensor: Tensor, update_idxs: list[int], 
                   f"cache_position_modulo ({cache_position_modulo}) must be a positive multiple of effective "
                   f"block_size ({bs})")
             check(cache_position_modulo // bs <= cache.shape[0], op,
-                  f"cache_position_modulo/block_size ({cache_position_modulo // bs}) must be <= max_num_blocks "
-                  f"({cache.shape[0]})")
+                  lambda: f"cache_position_modulo/block_size ({cache_position_modulo // bs}) must be <= max_num_blocks "
+                          f"({cache.shape[0]})")
         else:
             check(table.shape[1] <= cache.shape[0], op,
-                  f"max_num_blocks_per_seq must be less than max_num_blocks: max_num_blocks_per_seq="
-                  f"{table.shape[1]}, max_num_blocks={cache.shape[0]}")
+                  lambda: f"max_num_blocks_per_seq must be less than max_num_blocks: max_num_blocks_per_seq="
+                          f"{table.shape[1]}, max_num_blocks={cache.shape[0]}")
     else:
         cache = cache_tensor.value
         heads = cache.shape[1]
         check(dim == cache.shape[-1], op,
-              f"Last dim of input tensor ({dim}) must match last dim of cache tensor ({cache.shape[-1]}) in "
-              "non-paged mode")
+              lambda: f"Last dim of input tensor ({dim}) must match last dim of cache tensor ({cache.shape[-1]}) in "
+                      "non-paged mode")
         if share_cache:
             check(cache.shape[0] == 1, op, "Share cache feature expects cache tensor to have batch of 1")
         else:
             check(users == cache.shape[0], op, "Expect batch in input tensor match the batch in cache tensor")
     check(input_tensor.shape[2] >= heads, op,
-          f"input_tensor has {input_tensor.shape[2]} head rows, the cache view {heads} heads")
+          lambda: f"input_tensor has {input_tensor.shape[2]} head rows, the cache view {heads} heads")
 
-    # -1 in the index tensor skips the user; the uint32 list form was validated non-negative above.
-    users_kept = torch.nonzero(pos != -1).flatten()
-    p = pos[users_kept]
-    if cache_position_modulo is not None:
-        p = p % cache_position_modulo
+    # -1 in the index tensor skips the user; the uint32 list form was validated non-negative above. One position a
+    # user: Python works them out faster than a torch op each.
+    positions = pos.tolist()
+    kept = [u for u, x in enumerate(positions) if x != -1]
+    p = [positions[u] if cache_position_modulo is None else positions[u] % cache_position_modulo for u in kept]
+    users_kept = torch.tensor(kept, dtype=torch.int64)
     if paged:
-        vb = p // bs
-        check(bool((p >= 0).all()) and bool((vb < table.shape[1]).all()), op,
-              f"update position outside the page table's {table.shape[1]} blocks of {bs}")
-        blk, off = table[users_kept, vb], p % bs
+        vb = [x // bs for x in p]
+        check(all(x >= 0 for x in p) and all(b < table.shape[1] for b in vb), op,
+              lambda: f"update position outside the page table's {table.shape[1]} blocks of {bs}")
+        blk = table[users_kept, torch.tensor(vb, dtype=torch.int64)]
+        off = torch.tensor([x % bs for x in p], dtype=torch.int64)
         check_blocks(blk, cache.shape[0], op)
     else:
-        check(bool((p >= 0).all()) and bool((p < cache.shape[2]).all()), op,
-              f"update index must be < the cache sequence length {cache.shape[2]}")
-        blk = torch.zeros_like(p) if share_cache else users_kept
-        off = p
+        check(all(0 <= x < cache.shape[2] for x in p), op,
+              lambda: f"update index must be < the cache sequence length {cache.shape[2]}")
+        off = torch.tensor(p, dtype=torch.int64)
+        blk = torch.zeros_like(off) if share_cache else users_kept
     rows = input_tensor.float()[0, users_kept, :heads, :]
     fp32 = fp32_dest(compute_kernel_config)
 
@@ -272,11 +278,12 @@ def paged_fill_cache(cache_tensor: Tensor, input_tensor: Tensor, page_table: Ten
                      valid_seq_len_tensor: Tensor | None = None) -> Tensor:
     op = "paged_fill_cache"
     check(cache_tensor.dtype in CACHE_DTYPES, op,
-          f"Data type of cache tensor for paged_fill_cache must be FLOAT32, BFLOAT16, BFLOAT8_B, or BFLOAT4_B and "
-          f"is {cache_tensor.dtype.name}")
+          lambda: f"Data type of cache tensor for paged_fill_cache must be FLOAT32, BFLOAT16, BFLOAT8_B, or "
+                  f"BFLOAT4_B and is {cache_tensor.dtype.name}")
     check(input_tensor.dtype == cache_tensor.dtype, op,
-          f"Input tensor dtype ({input_tensor.dtype.name}) must match cache tensor dtype ({cache_tensor.dtype.name}) "
-          f"for paged_fill_cache; cast prefill K/V to the cache dtype before filling the paged cache.")
+          lambda: f"Input tensor dtype ({input_tensor.dtype.name}) must match cache tensor dtype "
+                  f"({cache_tensor.dtype.name}) for paged_fill_cache; cast prefill K/V to the cache dtype before "
+                  f"filling the paged cache.")
     check(cache_tensor.layout == Layout.TILE and input_tensor.layout == Layout.TILE, op,
           "cache and input must be in TILE layout")
     check(not input_tensor.is_sharded(), op, "Expect input_tensor to have memory layout INTERLEAVED")
@@ -294,11 +301,12 @@ def paged_fill_cache(cache_tensor: Tensor, input_tensor: Tensor, page_table: Ten
           f"input_tensor last dim ({padded_dim}) must be a multiple of TILE_WIDTH ({TILE_SIZE})")
     padded_seq = input_tensor.padded_shape[2]
     check(padded_seq <= bs * table.shape[1], op,
-          f"Input seq_len ({padded_seq}) must fit in max_num_blocks_per_seq ({table.shape[1]}) * block_size ({bs})")
+          lambda: f"Input seq_len ({padded_seq}) must fit in max_num_blocks_per_seq ({table.shape[1]}) * block_size "
+                  f"({bs})")
     if batch_idx_tensor is not None:
         t = batch_idx_tensor
         check(t.value.numel() == n_in, op,
-              f"Batch idx tensor must have input_tensor batch dim ({n_in}) elements, got {t.value.numel()}")
+              lambda: f"Batch idx tensor must have input_tensor batch dim ({n_in}) elements, got {t.value.numel()}")
         check(t.dtype in (DataType.UINT32, DataType.INT32), op, "Batch idx tensor must be an integer type")
         check(t.layout == Layout.ROW_MAJOR, op, "Batch idx tensor must be in ROW_MAJOR layout")
         check(not t.is_sharded(), op, "Batch idx tensor must have INTERLEAVED memory layout")

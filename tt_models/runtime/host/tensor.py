@@ -46,7 +46,12 @@ def tile_padded(shape: tuple[int, ...]) -> Shape:
     for i in (-1, -2):
         if len(dims) >= -i:
             dims[i] = -(-dims[i] // TILE_SIZE) * TILE_SIZE
-    return Shape(dims)
+    return _shape(dims)
+
+
+def _shape(dims: tuple[int, ...] | list[int]) -> Shape:
+    """A Shape of dims that are ints already (a torch.Size): every op reads shapes, so skip Shape's conversions."""
+    return tuple.__new__(Shape, dims)
 
 
 def quantize(values: torch.Tensor, dtype: DataType, *, device_packer: bool = False) -> torch.Tensor:
@@ -90,11 +95,11 @@ class Tensor:
     # --- ttnn.Tensor's introspection API -------------------------------------------------------
     @property
     def shape(self) -> Shape:
-        return Shape(self.value.shape)
+        return _shape(self.value.shape)
 
     @property
     def padded_shape(self) -> Shape:
-        return tile_padded(self.shape) if self.layout == Layout.TILE else self.shape
+        return tile_padded(self.value.shape) if self.layout == Layout.TILE else _shape(self.value.shape)
 
     def device(self) -> "MeshDevice | None":
         return self._device
@@ -164,6 +169,19 @@ class Tensor:
         if self._device is not None and memory_config is None:
             memory_config = DRAM_MEMORY_CONFIG
         return Tensor(quantize(values, dtype, device_packer=True), dtype, layout, self._device, memory_config)
+
+    def rearranged(self, values: torch.Tensor, *, memory_config: MemoryConfig | None = None) -> "Tensor":
+        """What ``like`` gives for ``values`` that are this tensor's own values moved (reshaped, sliced, permuted,
+        concatenated with tensors of its dtype, zero-padded). Only block floats are re-packed (values that land in a
+        new 16-value block share its exponent): every other dtype holds them exactly already, and rounding a
+        bfloat16 value to bfloat16 again changes no bit (NaNs included), so that pass is skipped."""
+        if self.dtype in BLOCK_FLOAT_DTYPES:
+            return self.like(values, memory_config=memory_config)
+        if values._base is not None or values is self.value:
+            values = values.clone()  # a view: the new tensor owns its buffer, as like's rounding gives it one
+        if self._device is not None and memory_config is None:
+            memory_config = DRAM_MEMORY_CONFIG
+        return Tensor(values, self.dtype, self.layout, self._device, memory_config)
 
     def moved(self, *, layout: Layout | None = None, memory_config: MemoryConfig | None = None) -> "Tensor":
         """A copy with the same values and dtype in another layout or memory config (no re-packing)."""
