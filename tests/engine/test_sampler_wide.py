@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tt_models.engine.sampler import BLOCK, Sampler, _draw_rows, _nucleus, _top_k_kept, top_k
+from tt_models.engine.sampler import BLOCK, Sampler, _draw_rows, _nucleus, _scaled_rows, _top_k_kept, argmax_rows, top_k
 from tt_models.engine.sampling import RowState, SamplingParams
 
 
@@ -187,3 +187,13 @@ def test_a_rows_logprobs_and_draws_do_not_depend_on_its_batch():
     for i in range(3):
         assert int(batch.tokens[i]) == int(alone[i].tokens[0])
         assert batch.logprobs[i] == alone[i].logprobs[0]
+
+
+def test_rows_picked_where_they_are_equal_the_copied_ones():
+    """The sampler reads a subset of rows in place: each row's first maximum (ties included), and each row divided by
+    its temperature bit for bit as a copy divided in place."""
+    logits = wide_logits(17, 5, BLOCK * 48 + 9, 3.0, ties=True)
+    assert torch.equal(argmax_rows(logits, [3, 0, 3]), logits.argmax(dim=-1)[[3, 0, 3]])
+    temperatures = [0.7, 1.0, 1.3]
+    expected = logits[[4, 1, 3]].div_(torch.tensor(temperatures)[:, None])
+    assert torch.equal(_scaled_rows(logits, [4, 1, 3], temperatures), expected)

@@ -204,8 +204,9 @@ class LLMEngine(RequestIntake[Request]):
                 previous, self._inflight = self._inflight, (out, launched)
                 if previous is not None:
                     self._pending = self._sample(previous[0], *self.runner.collect(previous[1]))
-            else:
-                self._pending = self._sample(out, *self.runner.collect(launched))
+            else:  # the sampling bookkeeping needs no output: it is done while the device computes
+                picked = self._picked(out)
+                self._pending = self._draw(picked, *self.runner.collect(launched))
             return self._merge(drained, outputs)
         outputs = self._merge(drained, self._commit())
         out.scheduled = [(seq, tokens) for seq, tokens in out.scheduled if not seq.finished]  # stopped just now
@@ -239,8 +240,14 @@ class LLMEngine(RequestIntake[Request]):
                 model_rows: np.ndarray | None = None) -> list[tuple[Sequence, int, Any]]:
         """Sample each sequence's next token and make it the sequence's next input; detokenizing and stop checks
         are :meth:`_commit`'s. ``logits [B, V]``, or the tokens ``[B]`` the device sampled; ``model_rows[i]``: the
-        row of the ``i``-th scheduled sequence in them (None: row ``i``). A step that completes a prompt (a
-        prefill, or a decode step running a chunked prompt's last token) forks the other ``n - 1`` sequences."""
+        row of the ``i``-th scheduled sequence in them (None: row ``i``)."""
+        return self._draw(self._picked(out), logits, model_rows)
+
+    def _picked(self, out: SchedulerOutput) -> tuple[list[Sequence], list[int], list[int]]:
+        """The bookkeeping of :meth:`_sample` that needs no model output: the step's tokens are now computed, and
+        the sequences that get a token, each with its index in ``out.scheduled`` and its batch row. A step that
+        completes a prompt (a prefill, or a decode step running a chunked prompt's last token) forks the other
+        ``n - 1`` sequences."""
         rows: list[int] = []
         seqs: list[Sequence] = []
         is_prefill = out.is_prefill
@@ -262,6 +269,12 @@ class LLMEngine(RequestIntake[Request]):
             else:
                 rows.append(i)
                 seqs.append(seq)
+        return seqs, rows, self.runner.token_rows(seqs)
+
+    def _draw(self, picked: tuple[list[Sequence], list[int], list[int]], logits: torch.Tensor,
+              model_rows: np.ndarray | None) -> list[tuple[Sequence, int, Any]]:
+        """The tokens of the sequences :meth:`_picked` gave, from the step's output (see :meth:`_sample`)."""
+        seqs, rows, token_rows = picked
         if not seqs:
             return []
         if model_rows is not None:
@@ -280,7 +293,7 @@ class LLMEngine(RequestIntake[Request]):
                 if metrics.first_token_time is None:
                     metrics.first_token_time = now
             seq.add_token(token)
-        self.runner.append_tokens(seqs, tokens)
+        self.runner.append_tokens(token_rows, tokens)
         return list(zip(seqs, tokens, logprobs))
 
     def _commit(self) -> list[RequestOutput]:
@@ -313,6 +326,8 @@ class LLMEngine(RequestIntake[Request]):
     @staticmethod
     def _merge(first: list[RequestOutput], then: list[RequestOutput]) -> list[RequestOutput]:
         """Outputs of two commits; a request in both is reported once, with its latest output."""
+        if not first or not then:  # (a commit reports each request once: nothing to merge)
+            return first or then
         latest = {o.request_id: o for o in first}
         latest.update((o.request_id, o) for o in then)
         return list(latest.values())

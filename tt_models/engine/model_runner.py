@@ -97,7 +97,7 @@ class ModelRunner:
                                 max_cross_blocks=max_cross, cross_optional=self.image_text)
         self.slots_per_replica = config.max_num_seqs // replicas
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
-        self._row_order = np.arange(config.max_num_seqs)
+        self._row_order = np.arange(config.max_num_seqs, dtype=np.int32).tobytes()  # rows 0, 1, ... as bytes
         self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
         # Async decode sampled on the device: the rows, sequences and positions of the next decode step if the batch
         # stays as the last one left it; a step that matches runs with ``reset_batch=False`` (the generator feeds its
@@ -130,11 +130,14 @@ class ModelRunner:
             self.batch.remove_request(seq.key)
             del self._table_tails[seq.key]
 
-    def append_tokens(self, seqs: list[Sequence], tokens: list[int]) -> None:
-        """Sampled tokens into their sequences' rows, in one array update (a sequence without a row, a new fork,
-        gets its row with its tokens when it is next scheduled)."""
+    def token_rows(self, seqs: list[Sequence]) -> list[int]:
+        """Each sequence's row for :meth:`append_tokens`: -1 for a sequence without one (a new fork gets its row,
+        with its tokens, when it is next scheduled)."""
         row_of = self.batch.row_of
-        rows = [row_of.get(seq.key, -1) for seq in seqs]
+        return [row_of.get(seq.key, -1) for seq in seqs]
+
+    def append_tokens(self, rows: list[int], tokens: list[int]) -> None:
+        """Sampled tokens into the rows :meth:`token_rows` gave for their sequences, in one array update."""
         if -1 in rows:
             tokens = [t for t, row in zip(tokens, rows) if row >= 0]
             rows = [row for row in rows if row >= 0]
@@ -223,7 +226,8 @@ class ModelRunner:
             tokens = self.model.process_decode_output_host(self.model.read_decode_output(tt_out), is_tokens=True)
             return torch.as_tensor(tokens).reshape(-1).long(), rows
         logits = self.model.process_decode_output_host(self.model.read_decode_output(tt_out))[:, 0, : self.vocab_size]
-        if np.array_equal(rows, self._row_order[:len(rows)]):
+        rows = rows.astype(np.int32, copy=False)
+        if rows.tobytes() == self._row_order[:rows.nbytes]:  # (a bytes compare: a tenth of np.array_equal's time)
             return logits[:len(rows)].float(), None
         return logits.float(), rows
 

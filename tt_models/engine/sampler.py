@@ -94,19 +94,16 @@ class Sampler:
         ``logits`` is this step's copy, free to be changed."""
         greedy = [j for j, r in enumerate(rows) if r.params.greedy]
         if greedy:
-            # One argmax over every row (memory-bound, 2 µs a row) beats copying a third of them out first.
-            picked = [at[j] for j in greedy]
-            if 3 * len(picked) >= logits.shape[0]:
-                found = argmax(logits)[picked]
-            else:
-                found = argmax(take_rows(logits, picked))
-            tokens[[out[j] for j in greedy]] = found
+            tokens[[out[j] for j in greedy]] = argmax_rows(logits, [at[j] for j in greedy])
         random = [j for j, r in enumerate(rows) if not r.params.greedy]
         if random:
-            picked = [at[j] for j in random]
-            sampled = _random_sample(_subset(logits, picked) if owned else take_rows(logits, picked),
-                                     [rows[j] for j in random])
-            tokens[[out[j] for j in random]] = sampled
+            picked, states = [at[j] for j in random], [rows[j] for j in random]
+            temperatures = [r.params.temperature for r in states]
+            if owned:
+                scaled = _divide(_subset(logits, picked), temperatures)
+            else:
+                scaled = _scaled_rows(logits, picked, temperatures)
+            tokens[[out[j] for j in random]] = _random_sample(scaled, states)
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -115,6 +112,40 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     if logits.dtype == torch.float32 and logits.device.type == "cpu":
         return torch.from_numpy(np.argmax(logits.numpy(), axis=-1))
     return logits.argmax(dim=-1)
+
+
+def argmax_rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """:func:`argmax` of the rows ``rows`` of ``logits``: of all of them at once when they are every row in order,
+    else of each row where it is (a row's argmax reads it once; copying the rows out first reads them twice, and
+    an argmax over every row reads the rows not asked for)."""
+    if rows == list(range(logits.shape[0])):
+        return argmax(logits)
+    if logits.dtype == torch.float32 and logits.device.type == "cpu":
+        values = logits.numpy()
+        return torch.tensor([int(values[row].argmax()) for row in rows], dtype=torch.int64)
+    return argmax(logits.index_select(0, torch.tensor(rows, dtype=torch.int64)))
+
+
+def _scaled_rows(logits: torch.Tensor, rows: list[int], temperatures: list[float]) -> torch.Tensor:
+    """A copy of ``logits``' rows ``rows``, each divided by its temperature: one pass over each row for host float32
+    (the copy and the division together; the same float32 division as ``div_``), else a copy divided in place."""
+    if not (logits.dtype == torch.float32 and logits.device.type == "cpu"):
+        return _divide(take_rows(logits, rows), temperatures)
+    values = logits.numpy()
+    scaled = np.empty((len(rows), values.shape[1]), dtype=np.float32)
+    for j, (row, temperature) in enumerate(zip(rows, temperatures)):
+        if temperature == 1.0:
+            scaled[j] = values[row]
+        else:
+            np.divide(values[row], np.float32(temperature), out=scaled[j])
+    return torch.from_numpy(scaled)
+
+
+def _divide(logits: torch.Tensor, temperatures: list[float]) -> torch.Tensor:
+    """``logits`` (the caller's copy) with each row divided in place by its temperature."""
+    if any(t != 1.0 for t in temperatures):  # (a division by 1 changes nothing: a pass over the rows saved)
+        logits.div_(torch.tensor(temperatures, dtype=torch.float32)[:, None])
+    return logits
 
 
 def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,15 +242,13 @@ def _apply_penalties(logits: torch.Tensor, rows: Sequence[RowState]) -> None:
 
 
 def _random_sample(logits: torch.Tensor, rows: Sequence[RowState]) -> torch.Tensor:
-    """Temperature (in place: ``logits`` is the caller's copy), min_p (vLLM's argmax-invariant processor),
-    top-k/top-p, then a draw from what is left by inverting its cumulative distribution at one uniform per row: the
-    distribution of vLLM's exponential race, at one random number per row instead of one per vocabulary entry. A
-    seeded row draws from its own generator, so its tokens depend on its seed alone, not on the batch."""
+    """On logits already divided by their temperatures (the caller's copy, changed in place): min_p (vLLM's
+    argmax-invariant processor), top-k/top-p, then a draw from what is left by inverting its cumulative distribution
+    at one uniform per row: the distribution of vLLM's exponential race, at one random number per row instead of one
+    per vocabulary entry. A seeded row draws from its own generator, so its tokens depend on its seed alone, not on
+    the batch."""
     params = [r.params for r in rows]
     vocab_size = logits.shape[1]
-    temperatures = [x.temperature for x in params]
-    if any(t != 1.0 for t in temperatures):  # (a division by 1 changes nothing: a pass over the rows saved)
-        logits.div_(torch.tensor(temperatures, dtype=torch.float32)[:, None])
     if any(x.min_p > 0 for x in params):
         probs = logits.softmax(dim=-1)
         threshold = probs.amax(dim=-1, keepdim=True) * torch.tensor([x.min_p for x in params])[:, None]
@@ -331,7 +360,9 @@ def _invert(cdf: np.ndarray, uniform: np.ndarray) -> np.ndarray:
     drawn; rounding past the total falls back to the last entry of nonzero weight)."""
     target = uniform * cdf[:, -1]
     at = (cdf <= target[:, None]).sum(axis=1)
-    last = cdf.shape[1] - 1 - np.argmax(np.diff(cdf, axis=1, prepend=0)[:, ::-1] > 0, axis=1)
+    # The last entry of nonzero weight is the first at the total: the cumulative weights do not decrease, and every row
+    # drawn from has some weight (a row of NaNs gets entry 0 either way).
+    last = np.argmax(cdf >= cdf[:, -1:], axis=1)
     return np.minimum(at, last)
 
 
@@ -362,11 +393,12 @@ def _block_sums(weights: np.ndarray) -> np.ndarray:
     return np.add.reduceat(weights, np.arange(0, vocab, BLOCK), axis=1)
 
 
-def _exp_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's maximum and the sum of its exponentials shifted by it (numpy's SIMD exp: 2x torch's on one core).
-    The sum is numpy's pairwise one, the same for a row whatever the batch: torch splits a few rows' sums over its
-    threads, so a request's logprobs would depend on how many others ran beside it."""
-    shifts = values.max(axis=1)
+def _exp_sums(values: np.ndarray, shifts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's maximum (``shifts`` when the caller has them) and the sum of its exponentials shifted by it (numpy's
+    SIMD exp: 2x torch's on one core). The sum is numpy's pairwise one, the same for a row whatever the batch: torch
+    splits a few rows' sums over its threads, so a request's logprobs would depend on how many others ran beside it."""
+    if shifts is None:
+        shifts = values.max(axis=1)
     weights = np.subtract(values, shifts[:, None])
     return shifts, np.exp(weights, out=weights).sum(axis=1)
 
@@ -380,12 +412,12 @@ def _gather_logprobs(raw: torch.Tensor, tokens: list[int], rows: Sequence[RowSta
     order: closer to the exact value than torch's, whose float32 sum over 49k entries drifts by ~1e-5)."""
     vocab = raw.shape[1]
     values = raw.numpy()
-    shifts, mass = _exp_sums(values)
-    log_mass = np.log(mass).astype(np.float32)
     wanted = [None if r.params.logprobs is None or r.logprob_ids is not None else
               (vocab if r.params.logprobs == -1 else min(r.params.logprobs, vocab)) for r in rows]
     width = min(max([2] + [w for w in wanted if w is not None]), vocab)  # >= 2: it tells most ranks
     top_values, top_ids = (t.numpy() for t in top_k(raw, width))
+    shifts, mass = _exp_sums(values, top_values[:, 0])  # (each row's largest value is its maximum: a pass saved)
+    log_mass = np.log(mass).astype(np.float32)
     token_values = values[np.arange(len(rows)), tokens]
 
     def logprob(x: np.ndarray | np.float32, i: int) -> np.ndarray:

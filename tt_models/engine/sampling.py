@@ -297,35 +297,54 @@ class LogitsRules:
                 logits[torch.tensor(first)[:, None], torch.tensor(self.begin_suppress_tokens)] = -math.inf
 
 
-class IdCounts:
-    """Distinct token ids in first-seen order and each one's count, as numpy arrays grown a token at a time (the
-    penalties read them every step: no per-step conversion from Python containers)."""
+class SeenIds:
+    """Distinct token ids in first-seen order, as a numpy array grown a token at a time (the repetition penalty reads
+    them every step: no per-step conversion from Python containers)."""
 
     def __init__(self, token_ids: Sequence[int] = ()) -> None:
-        counts = Counter(token_ids)  # (in first-seen order)
-        self._at = dict(zip(counts, range(len(counts))))  # id -> its entry
-        capacity = max(64, 2 * len(counts))
-        self._ids = np.zeros(capacity, dtype=np.int64)
-        self._ids[:len(counts)] = list(counts)
-        self._counts = np.zeros(capacity, dtype=np.float32)  # (float32: the penalties' dtype; exact below 2**24)
-        self._counts[:len(counts)] = list(counts.values())
+        first = dict.fromkeys(token_ids)  # (in first-seen order)
+        self._at = dict(zip(first, range(len(first))))  # id -> its entry
+        self._ids = np.zeros(max(64, 2 * len(first)), dtype=np.int64)
+        self._ids[:len(first)] = list(first)
 
     def __len__(self) -> int:
         return len(self._at)
 
-    def add(self, token: int) -> None:
+    def add(self, token: int) -> int:
+        """Record ``token``; returns its entry."""
         at = self._at.get(token)
         if at is None:
             at = self._at[token] = len(self._at)
             if at == len(self._ids):
-                self._ids = np.concatenate([self._ids, np.zeros_like(self._ids)])
-                self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)])
+                self._grow()
             self._ids[at] = token
-        self._counts[at] += 1
+        return at
+
+    def _grow(self) -> None:
+        self._ids = np.concatenate([self._ids, np.zeros_like(self._ids)])
 
     @property
     def ids(self) -> np.ndarray:
         return self._ids[:len(self._at)]
+
+
+class IdCounts(SeenIds):
+    """:class:`SeenIds` with each id's count (the frequency and presence penalties')."""
+
+    def __init__(self, token_ids: Sequence[int] = ()) -> None:
+        super().__init__(token_ids)
+        counts = Counter(token_ids)  # (in first-seen order, as the ids)
+        self._counts = np.zeros(len(self._ids), dtype=np.float32)  # (float32: the penalties' dtype; exact below 2**24)
+        self._counts[:len(counts)] = list(counts.values())
+
+    def add(self, token: int) -> int:
+        at = super().add(token)
+        self._counts[at] += 1
+        return at
+
+    def _grow(self) -> None:
+        super()._grow()
+        self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)])
 
     @property
     def counts(self) -> np.ndarray:
@@ -355,7 +374,7 @@ class RowState:
     # The penalties' view of the outputs, kept up to date a token at a time (not recounted every step): each
     # output id's count, and every id seen in the prompt or the outputs (the repetition penalty's).
     _counts: IdCounts = field(init=False, default_factory=IdCounts)
-    _seen: IdCounts = field(init=False, default_factory=IdCounts)
+    _seen: SeenIds = field(init=False, default_factory=SeenIds)
     _counted: int = field(init=False, default=0)
     # Decided once, not per step: some step may change this row's logits before it is sampled (grammar, allowed
     # ids, min_tokens, penalties, timestamp rules); greedy on the logits as they are, no logprobs (the fast path).
@@ -370,7 +389,7 @@ class RowState:
         if self.params.logprob_token_ids:
             self.logprob_ids = torch.tensor(self.params.logprob_token_ids, dtype=torch.int64)
         if self.params.repetition_penalty != 1.0:
-            self._seen = IdCounts(self.prompt_token_ids)
+            self._seen = SeenIds(self.prompt_token_ids)
         self.timestamps = bool((self.params.extra_args or {}).get("timestamps"))
         p = self.params
         self.processed = (self.allowed_ids is not None or p.min_tokens > 0 or self.penalized or self.timestamps
