@@ -173,8 +173,7 @@ def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: boo
     reuse_a = math.prod(batch_a) == 1 and x.dim() == w.dim() >= 3
     check(math.prod(batch_b) == 1 or batch_a == batch_b or reuse_a, op,
           lambda: f"batch dims of input_tensor_a {list(x.shape[:-2])} and input_tensor_b {list(w.shape[:-2])}: b's "
-                  f"must "
-                  "be all 1, equal a's, or (a's all 1, same rank >= 3) be broadcast over a")
+                  "must be all 1, equal a's, or (a's all 1, same rank >= 3) be broadcast over a")
     out = torch.matmul(x, w)
     if bias is not None:
         n = w.shape[-1]
