@@ -23,7 +23,7 @@ from tt_models.models.gemma3.text import rope_config
 from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import to_device
 from tt_models.tt.model_config import DecoderArgs
-from tt_models.tt.rope import RotarySetup, RotaryTable
+from tt_models.tt.rope import RotarySetup, RotaryTable, rotary_index
 
 NEW_TOKENS, JOIN_AFTER = (3, 7, 6), 2  # per request; request 0 leaves first, and request 1 moves to its slot
 # Seeded top-k sampling (a row's draw depends on its seed and position): tiny models' greedy runs repeat one token,
@@ -128,7 +128,7 @@ def test_rotary_rows_looked_up_on_the_device_equal_the_hosts(host_device, name):
         positions = torch.cat([torch.randint(0, MAX_LEN, (24,), generator=torch.Generator().manual_seed(0)),
                                torch.full((8,), -1)])
         host = to_device(rope.decode_inputs(positions), host_device)
-        index = to_device({"rot_idx": table.decode_index(positions, positions)}, host_device)["rot_idx"]
+        index = to_device({"rot_idx": rotary_index(positions, positions, host_device)}, host_device)["rot_idx"]
         for expected, got in zip((host["cos"], host["sin"]), table.decode_rows(index)):
             assert got.memory_config() == expected.memory_config()
             assert torch.equal(ttnn.to_torch(got)[:, :, :1], ttnn.to_torch(expected)[:, :, :1])

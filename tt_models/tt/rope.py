@@ -95,10 +95,6 @@ class RotaryTable:
         self.cos = as_tensor(cos[None, None], rope.device, layout=ttnn.ROW_MAJOR_LAYOUT)
         self.sin = as_tensor(sin[None, None], rope.device, layout=ttnn.ROW_MAJOR_LAYOUT)
 
-    def decode_index(self, rope_positions: torch.Tensor, positions: torch.Tensor) -> HostInput:
-        """:func:`rotary_index` on this table's device."""
-        return rotary_index(rope_positions, positions, self.rope.device)
-
     def decode_rows(self, index: Any) -> tuple[Any, Any]:
         """cos/sin ``[1, B, 1, D]`` of the device ``index`` ``[1, B]``, one user per core as
         :meth:`RotarySetup.decode_inputs` shards them (the rotary op reads a user's row 0)."""

@@ -16,7 +16,7 @@ from tt_models.tt.lm_head import LMHead, last_row_logits, last_tile_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
-from tt_models.tt.rope import RotarySetup, RotaryTable
+from tt_models.tt.rope import RotarySetup, RotaryTable, rotary_index
 from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor
 
@@ -119,7 +119,7 @@ class LlamaModel:
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
                 "current_pos": tracked_ints(positions, self.device, advance=advanced_positions),
                 "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
-                "rot_idx": self.rotary_table.decode_index(rope_positions, positions)}
+                "rot_idx": rotary_index(rope_positions, positions, self.device)}
 
     def decode_device(self, inputs: dict[str, Any], kv_cache: list[list[Any]]) -> Any:
         """Device ops only (traceable): logits ``[1, 1, 32, V]`` whose first rows are the users'. The step then

@@ -25,7 +25,7 @@ from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
-from tt_models.tt.rope import RotarySetup, RotaryTable
+from tt_models.tt.rope import RotarySetup, RotaryTable, rotary_index
 from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor, as_tensor
 
@@ -193,7 +193,7 @@ class MllamaText:
         rows = torch.nn.functional.pad(text_rows, (0, pad)).float()
         return {"tokens": Embedding.host_ids(torch.nn.functional.pad(tokens, (0, pad)), self.device),
                 "current_pos": tracked_ints(positions, self.device, advance=advanced_positions),
-                "rot_idx": self.rotary_table.decode_index(positions, positions),
+                "rot_idx": rotary_index(positions, positions, self.device),
                 "page_table": tracked_ints(torch.nn.functional.pad(page_table, (0, 0, 0, pad)), self.device),
                 "cross_page_table": tracked_ints(torch.nn.functional.pad(cross_page_table, (0, 0, 0, pad)),
                                                 self.device),
