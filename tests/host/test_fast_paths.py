@@ -2,9 +2,12 @@
 
 Each fast path exists to cut per-op overhead (decode runs ~700 small ops a step): fewer torch passes in the device
 packer, one ``index_select`` for a page gather, no second rounding of values that are moved, shapes built without
-conversions. Each is checked here against the plain formulation on inputs that include the awkward values (NaN,
-infinities, denormals, signed zeros) and the awkward layouts (views, tile padding).
+conversions, a decode tile's padding rows multiplied once. Each is checked here against the plain formulation on
+inputs that include the awkward values (NaN, infinities, denormals, signed zeros) and the awkward layouts (views,
+tile padding).
 """
+
+import importlib
 
 import pytest
 import torch
@@ -12,6 +15,8 @@ import torch
 from tt_models.runtime import host
 from tt_models.runtime.host import bfp
 from tt_models.runtime.host.paged_cache import gather_pages
+
+matmul_module = importlib.import_module("tt_models.runtime.host.matmul")  # the package exports the op as "matmul"
 
 
 def plain_pack_device(x: torch.Tensor, mantissa_bits: int) -> torch.Tensor:
@@ -92,3 +97,29 @@ def test_shapes_are_plain_int_tuples():
     rm = host.to_layout(t, host.ROW_MAJOR_LAYOUT)
     assert rm.padded_shape == rm.shape == (2, 3, 37, 20)
     host.close_device(device)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+@pytest.mark.parametrize("k, n", [(576, 1536), (1536, 576), (384, 51865), (64, 96)])
+def test_matmul_computes_repeated_rows_once_with_the_full_products_bits(k, n, threads, monkeypatch):
+    """Rows that repeat the last one (a decode tile's padding) are computed once; every row keeps the bits the
+    full 32-row product gives it, whatever the number of other rows (the GEMM is given a multiple of 4) and with
+    rows that equal the last one in value but not in bits (0.0 beside -0.0), on the checked call and after it."""
+    monkeypatch.setattr(matmul_module, "_ROWWISE_CHECKED", {})
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(k + threads)
+        w = torch.randn(1, 1, k, n, generator=g).bfloat16().float()
+        for distinct in [0, 1, 2, 3, 5, 6, 9, 17, 23, 24]:
+            x = torch.randn(1, 1, 32, k, generator=g).bfloat16().float()
+            x[..., -1, :] = -0.0 if distinct % 2 else float("nan")
+            x[..., distinct:, :] = x[..., -1:, :]
+            if distinct:
+                x[..., 0, :] = 0.0
+            expected = torch.matmul(x, w)
+            for _ in range(2):  # the first product of a shape is checked against the full one, later ones not
+                got = matmul_module._rowwise_matmul(x, w)
+                assert torch.equal(got.view(torch.int32), expected.view(torch.int32)), distinct
+    finally:
+        torch.set_num_threads(default_threads)

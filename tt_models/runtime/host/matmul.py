@@ -113,6 +113,38 @@ ProgramConfig = (MatmulMultiCoreReuseProgramConfig | MatmulMultiCoreReuseMultiCa
                  | MatmulMultiCoreReuseMultiCast1DProgramConfig | MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig)
 
 
+# MKL's GEMM takes rows in fours: a row's bits are the same for every M that is a multiple of 4 (and the threads'
+# shares of it), but a 1-3 row tail goes through another kernel.
+GEMM_ROW_BLOCK = 4
+# (K, N, M, rows computed, threads, weight strides) -> whether those rows gave the full product's bits here
+_ROWWISE_CHECKED: dict[tuple, bool] = {}
+
+
+def _rowwise_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w`` with rows that repeat ``x``'s last row computed once: a decode tile's padding rows (one token at
+    position -1) are most of its 32 rows when few users run. The rows computed are padded to a multiple of
+    ``GEMM_ROW_BLOCK``, and the first product of each such shape is checked against the full one, bit for bit, so
+    the values are the full product's on any BLAS (tests/host/test_fast_paths.py)."""
+    m, k = x.shape[-2], x.shape[-1]
+    if m % GEMM_ROW_BLOCK or not 4 * GEMM_ROW_BLOCK <= m <= TILE_SIZE or math.prod(x.shape[:-2]) != 1:
+        return torch.matmul(x, w)
+    bits = x.reshape(m, k).view(torch.int32)  # bitwise: -0.0 is not 0.0 here, and a NaN row equals itself
+    kept = (~(bits == bits[-1]).all(dim=1)).nonzero().flatten()
+    computed = -(-(len(kept) + 1) // GEMM_ROW_BLOCK) * GEMM_ROW_BLOCK
+    key = (k, w.shape[-1], m, computed, torch.get_num_threads(), w.stride())
+    if computed > m * 3 // 4 or not _ROWWISE_CHECKED.get(key, True):
+        return torch.matmul(x, w)
+    out = torch.matmul(x.index_select(-2, torch.cat([kept, torch.full((computed - len(kept),), m - 1)])), w)
+    source = torch.full((m,), len(kept))  # the last row's (and its repeats') place among the computed rows
+    source[kept] = torch.arange(len(kept))
+    out = out.index_select(-2, source)
+    if key not in _ROWWISE_CHECKED:
+        full = torch.matmul(x, w)
+        _ROWWISE_CHECKED[key] = torch.equal(out.view(torch.int32), full.view(torch.int32))
+        return full
+    return out
+
+
 def _check_layouts(op: str, a: Tensor, b: Tensor, program_config: ProgramConfig | None,
                    memory_config: MemoryConfig | None, activation: Activation | None) -> MemoryConfig | None:
     """The memory-layout rules of the real op's validation; returns the output memory config (a DRAM-sharded
@@ -174,7 +206,7 @@ def _matmul(op: str, a: Tensor, b: Tensor, bias: Tensor | None, transpose_a: boo
     check(math.prod(batch_b) == 1 or batch_a == batch_b or reuse_a, op,
           lambda: f"batch dims of input_tensor_a {list(x.shape[:-2])} and input_tensor_b {list(w.shape[:-2])}: b's "
                   "must be all 1, equal a's, or (a's all 1, same rank >= 3) be broadcast over a")
-    out = torch.matmul(x, w)
+    out = _rowwise_matmul(x, w)
     if bias is not None:
         n = w.shape[-1]
         check(bias.shape[-1] == n and math.prod(bias.shape[:-1]) == 1, op,
