@@ -123,3 +123,22 @@ def test_matmul_computes_repeated_rows_once_with_the_full_products_bits(k, n, th
                 assert torch.equal(got.view(torch.int32), expected.view(torch.int32)), distinct
     finally:
         torch.set_num_threads(default_threads)
+
+
+def test_decode_attention_computes_a_repeated_user_once_with_the_same_bits(monkeypatch):
+    """Users whose query repeats the last user's over the same key set (a decode tile's padding rows) take its
+    products; every row is what computing each user's own gives, bit for bit."""
+    attention = importlib.import_module("tt_models.runtime.host.attention")
+    g = torch.Generator().manual_seed(11)
+    batch, kv_heads, group, length, dim = 12, 2, 3, 96, 32
+    keys, values = torch.randn(3, kv_heads, length, dim, generator=g), torch.randn(3, kv_heads, length, dim,
+                                                                                    generator=g)
+    query = torch.randn(batch, kv_heads * group, dim, generator=g)
+    query[7:] = query[-1]
+    key_set = torch.tensor([0, 1, 2, 0, 1, 2, 0, 2, 2, 1, 2, 2])  # row 9 repeats the query, not the key set
+    keep = torch.rand(batch, length, generator=g) > 0.2
+    keep[7:] = keep[-1]
+    got = attention._decode_rows(query, list(keys), list(values), keep, None, None, None, True, key_set)
+    monkeypatch.setattr(attention, "_repeats_of_last", lambda query, key_set: list(range(len(query))))
+    expected = attention._decode_rows(query, list(keys), list(values), keep, None, None, None, True, key_set)
+    assert torch.equal(got.view(torch.int32), expected.view(torch.int32))

@@ -330,8 +330,9 @@ def _decode_rows(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
             values = values.masked_fill(~keep[:, None, :, None], 0.0)
         logits = grouped @ keys.transpose(-1, -2)
     else:
-        sets = key_set.tolist()
-        logits = torch.stack([grouped[i] @ keys[s].transpose(-1, -2) for i, s in enumerate(sets)])
+        sets, source = key_set.tolist(), _repeats_of_last(query, key_set)
+        logits = _per_user([grouped[i] @ keys[s].transpose(-1, -2) if source[i] == i else None
+                            for i, s in enumerate(sets)], source)
     logits = logits.reshape(batch, heads, length) * scale
     if bias is not None:
         logits = logits + bias[:, :, 0, :]
@@ -341,7 +342,21 @@ def _decode_rows(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     probs = torch.softmax(logits, dim=-1)[..., :length].reshape(batch, kv_heads, heads // kv_heads, length)
     if key_set is None:
         return (probs @ values).reshape(batch, heads, dim)
-    return torch.stack([probs[i] @ values[s] for i, s in enumerate(sets)]).reshape(batch, heads, dim)
+    return _per_user([probs[i] @ values[s] if source[i] == i else None for i, s in enumerate(sets)],
+                     source).reshape(batch, heads, dim)
+
+
+def _repeats_of_last(query: torch.Tensor, key_set: torch.Tensor) -> list[int]:
+    """Per user, the user whose products it takes: the last one for users that repeat it (the same query bits over
+    the same key set: a decode tile's padding rows), itself otherwise."""
+    bits = query.reshape(len(query), -1).view(torch.int32)
+    repeats = ((bits == bits[-1]).all(dim=1) & (key_set == key_set[-1])).tolist()
+    return [len(repeats) - 1 if repeat else i for i, repeat in enumerate(repeats)]
+
+
+def _per_user(products: list[torch.Tensor | None], source: list[int]) -> torch.Tensor:
+    """The users' products stacked, each ``None`` (a repeat) filled from the user ``source`` names."""
+    return torch.stack([p if p is not None else products[j] for p, j in zip(products, source)])
 
 
 def _causal_keep(pos: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
