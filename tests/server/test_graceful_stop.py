@@ -93,3 +93,4 @@ def test_sigterm_finishes_what_it_can_and_fails_the_rest(bart_dir, tmp_path):
             process.wait()
     text = log.read_text()
     assert f"{NAME} stopped with 0 KV blocks in use" in text and "Traceback" not in text, text
+    assert "refused POST /v1/completions from 127.0.0.1:" in text and "refused GET /health from" in text, text

@@ -44,6 +44,9 @@ class Drain:
             await self.app(scope, receive, send)
             return
         if self.draining and scope["path"] != "/metrics":
+            client = scope.get("client")
+            logger.info("refused %s %s from %s: the server is shutting down", scope["method"], scope["path"],
+                        f"{client[0]}:{client[1]}" if client else "?")  # before the request has an id
             await send({"type": "http.response.start", "status": 503,
                         "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
             await send({"type": "http.response.body", "body": self._refusal})
