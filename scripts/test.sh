@@ -5,7 +5,7 @@
 # by Python, not by one op's arithmetic, and two single-threaded processes use two cores better than one process with
 # two threads. Tests marked "alone" (deployments of several server processes with time bounds) run after them, by
 # themselves but for the soak test (one server at light load for minutes, a twentieth of a core), which runs
-# beside both phases.
+# beside both phases. The parallel phase ends with its 20 slowest tests: where the suite's 15 minutes go.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit
@@ -13,7 +13,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 soak_log=$(mktemp)
 .venv/bin/python -m pytest -m soak -p no:cacheprovider "$@" >"$soak_log" 2>&1 &
 soak_pid=$!
-.venv/bin/python -m pytest -n "${TT_MODELS_TEST_WORKERS:-2}" --dist loadfile -m "not alone and not soak" "$@"
+.venv/bin/python -m pytest -n "${TT_MODELS_TEST_WORKERS:-2}" --dist loadfile -m "not alone and not soak" --durations=20 "$@"
 parallel=$?
 .venv/bin/python -m pytest -m alone "$@"
 alone=$?
