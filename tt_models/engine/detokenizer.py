@@ -33,14 +33,15 @@ class IncrementalDetokenizer:
         if tokenizer is not None and tokenizer.is_fast:
             self._stream = DecodeStream(ids=list(prompt_token_ids[-_PROMPT_CONTEXT:]),
                                         skip_special_tokens=skip_special_tokens)
+            self._backend = tokenizer._tokenizer  # (looked up once: step runs for every token)
 
     def step(self, token_id: int) -> int:
         """Add a token; returns how many characters it added to ``text``."""
         self.num_tokens += 1
-        if self.tokenizer is None:
-            return 0
         if self._stream is not None:
-            piece = self._stream.step(self.tokenizer._tokenizer, token_id) or ""
+            piece = self._stream.step(self._backend, token_id) or ""
+        elif self.tokenizer is None:
+            return 0
         else:
             self._ids.append(token_id)
             whole = self.tokenizer.decode(self._ids, skip_special_tokens=self.skip_special_tokens)
