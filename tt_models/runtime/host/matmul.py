@@ -113,8 +113,8 @@ ProgramConfig = (MatmulMultiCoreReuseProgramConfig | MatmulMultiCoreReuseMultiCa
                  | MatmulMultiCoreReuseMultiCast1DProgramConfig | MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig)
 
 
-# MKL's GEMM takes rows in fours: a row's bits are the same for every M that is a multiple of 4 (and the threads'
-# shares of it), but a 1-3 row tail goes through another kernel.
+# As measured with torch's MKL (AVX-512, 1-16 threads): a row's bits are the same for every M that is a multiple of 4,
+# but not for other M (a 1-3 row tail, or a thread's share of one, goes through another kernel).
 GEMM_ROW_BLOCK = 4
 # (K, N, M, rows computed, threads, weight strides) -> whether those rows gave the full product's bits here
 _ROWWISE_CHECKED: dict[tuple, bool] = {}
