@@ -3,11 +3,13 @@ and sampled outputs under a JSON schema, a regex, a choice and an EBNF grammar a
 unconstrained requests whose tokens the constrained ones leave unchanged; preemption by recomputation changes no
 constrained output, nor do async decode and device sampling (a constrained row is sampled on the host); a bad
 constraint is refused at ``add_request`` while the engine serves the others; a request waits while its grammar
-compiles on the compiler's thread, and the others run meanwhile."""
+compiles on the compiler's thread, and the others run meanwhile; a token its grammar refuses (min_tokens masking the
+stop) is logged with the sequence's name."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 
@@ -203,3 +205,22 @@ def test_a_grammar_that_fails_to_compile_ends_its_request_alone(checkpoint):
     assert "failed to compile: out of memory in the compiler" in str(finished["constrained"].error)
     assert finished["free"].error is None and finished["free"].outputs[0].token_ids
     assert engine.scheduler.kv.num_free_blocks == engine.config.num_kv_blocks
+
+
+def test_a_token_its_grammar_refuses_is_logged_with_its_sequence(checkpoint, caplog):
+    """min_tokens masks the stop token, which is all a finished choice allows: the token then picked does not fit
+    the grammar, and the log line names the sequence it went to."""
+    engine = LLMEngine(checkpoint, EngineConfig(max_num_seqs=4, block_size=32, max_model_len=64), backend="host",
+                       optimizations="accuracy")
+    params = SamplingParams(temperature=0.0, max_tokens=6, min_tokens=6,
+                            structured_outputs=StructuredOutputsParams(choice=["yes"]))
+    try:
+        with caplog.at_level(logging.ERROR, logger="tt_models.engine.structured_output"):
+            engine.add_request("forced", PROMPTS[1], params)
+            engine.add_request("free", PROMPTS[4], FREE["free-greedy"])
+            while engine.has_unfinished_requests():
+                engine.step()
+    finally:
+        engine.close()
+    refused = [r.getMessage() for r in caplog.records if "does not fit" in r.getMessage()]
+    assert refused and all(m.startswith("sequence forced#0: token ") for m in refused), caplog.text

@@ -43,7 +43,7 @@ class Sequence:
         self.num_computed = 0  # tokens whose K/V is in the cache
         self.redo_last_block = False  # its copy of a shared last block must be recomputed (copy-on-write)
         # Outputs survive preemption (swapped or recomputed), so the guide, fed each token once, stays in step.
-        guide = None if request.grammar is None else Guide(request.grammar)
+        guide = None if request.grammar is None else Guide(request.grammar, self.key)
         self.state = RowState(params, request.inputs.prompt_token_ids, eos_token_id=request.eos_token_id, guide=guide)
         self.output_token_ids = self.state.output_token_ids  # the same list: the sampler's penalties read it
         self.detokenizer = detokenizer

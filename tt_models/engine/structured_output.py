@@ -129,8 +129,10 @@ class Guide:
     """One sequence's place in its grammar: a matcher fed every output token the sequence gets. The sequence is
     scheduled only once its grammar is compiled, so the matcher is made at its first use."""
 
-    def __init__(self, grammar: Future[xgr.CompiledGrammar]) -> None:
+    def __init__(self, grammar: Future[xgr.CompiledGrammar], name: str) -> None:
+        """``name``: the sequence's, for the log."""
         self._grammar = grammar
+        self.name = name
         self._matcher: xgr.GrammarMatcher | None = None
         self.terminated = False  # the grammar took a stop token: nothing constrains the row any more (as in vLLM)
 
@@ -146,7 +148,8 @@ class Guide:
         if self.terminated:
             return
         if not self.matcher.accept_token(token_id):  # only if its row's mask was overridden (e.g. by min_tokens)
-            logger.error("token %d does not fit the grammar of its sequence; it is left out of the grammar", token_id)
+            logger.error("sequence %s: token %d does not fit its grammar; it is left out of the grammar", self.name,
+                         token_id)
         self.terminated = self.matcher.is_terminated()
 
 
