@@ -3,6 +3,9 @@ vLLM 0.25.1 ``vllm/outputs.py``), plus per-request timing in ``RequestMetrics``.
 
 For encoder-decoder models ``prompt`` / ``prompt_token_ids`` are the decoder prompt and ``encoder_prompt`` /
 ``encoder_prompt_token_ids`` the encoder's (Whisper's encoder takes audio: its token ids are empty).
+
+The classes built per step have slots: a stream builds a ``RequestOutput`` and a ``CompletionOutput`` for every
+request at every step (and a ``Logprob`` for every reported token), and slotted ones build in half the time.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class Logprob:
     """vLLM's ``Logprob``: a token's log probability, its rank and its text."""
 
@@ -19,7 +22,7 @@ class Logprob:
     decoded_token: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class CompletionOutput:
     """One generated sequence of a request (``index`` < ``n``)."""
 
@@ -50,7 +53,7 @@ class RequestMetrics:
         return None if self.first_token_time is None else self.first_token_time - self.arrival_time
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     request_id: str
     prompt: str | None
