@@ -103,16 +103,6 @@ class InputBatch:
         self.encoder_lens = np.zeros(max_num_seqs, dtype=np.int32)
         self.req_ids: list[str | None] = [None] * max_num_seqs  # row -> request
         self.row_of: dict[str, int] = {}
-        # decode_kwargs' arguments as the last decode step had them, kept to update in place: a steady batch only
-        # changes its tokens and positions, and the page-table rows whose blocks changed (``_changed_rows``) since.
-        self._decode_rows = b""  # the rows the buffers were laid out for (no layout yet), as bytes and as a set
-        self._decoding: set[int] = set()
-        self._changed_rows: set[int] = set()  # rows whose block tables or encoder length changed since then
-        self._decode_tokens = np.zeros((max_num_seqs, 1), dtype=np.int32)
-        self._decode_start_pos = np.full(max_num_seqs, -1, dtype=np.int32)
-        self._decode_page_table = np.zeros_like(self.block_table)
-        self._decode_cross_page_table = np.zeros_like(self.cross_block_table)
-        self._decode_encoder_lens = np.zeros(max_num_seqs, dtype=np.int32)
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -148,7 +138,6 @@ class InputBatch:
         if self.is_encoder_decoder:
             self.cross_block_table[row, :len(cross_block_ids)] = cross_block_ids
             self.encoder_lens[row] = encoder_len
-        self._changed_rows.add(row)
         return row
 
     def free_row(self, rows: range) -> int:
@@ -187,13 +176,11 @@ class InputBatch:
             raise ValueError(f"request {req_id!r}: {end} blocks > {self.max_blocks_per_seq}")
         self.block_table[row, start:end] = block_ids
         self.num_blocks[row] = end
-        self._changed_rows.add(row)
 
     def replace_last_block(self, req_id: str, block_id: int) -> None:
         """Swap the request's last KV block for ``block_id`` (its copy of a block it shared: copy-on-write)."""
         row = self._row(req_id)
         self.block_table[row, self.num_blocks[row] - 1] = block_id
-        self._changed_rows.add(row)
 
     # Steps.
 
@@ -286,45 +273,27 @@ class InputBatch:
     def decode_kwargs(self, step: DecodeInputs) -> dict[str, Any]:
         """``decode_forward``'s batch arguments, as TT vLLM's runner builds them: ``max_num_seqs`` rows,
         row = slot; a row not decoding this step gets token 0, ``start_pos = -1``, a zero page-table row
-        and, for encoder-decoder models, a zero cross row and ``encoder_lens = 0``.
-
-        Built in persistent buffers updated where rows changed since the last decode step; the model gets copies
-        (it may keep what it is given)."""
-        rows = step.rows
-        layout = rows.tobytes()
-        if layout != self._decode_rows:
-            self._lay_out_decode(rows)
-            self._decode_rows, self._decoding = layout, set(rows.tolist())
-        elif self._changed_rows:
-            self._copy_tables([row for row in self._changed_rows if row in self._decoding])
-        self._changed_rows.clear()
-        self._decode_tokens[rows, 0] = self.token_ids[rows, step.positions]
-        self._decode_start_pos[rows] = step.positions
+        and, for encoder-decoder models, a zero cross row and ``encoder_lens = 0``."""
+        rows, b = step.rows, self.max_num_seqs
+        tokens = np.zeros((b, 1), dtype=np.int32)
+        tokens[rows, 0] = self.token_ids[rows, step.positions]
+        start_pos = np.full(b, -1, dtype=np.int32)
+        start_pos[rows] = step.positions
+        page_table = np.zeros_like(self.block_table)
+        page_table[rows] = self.block_table[rows]
         kwargs: dict[str, Any] = {
-            "tokens": torch.from_numpy(self._decode_tokens.copy()),
-            "start_pos": torch.from_numpy(self._decode_start_pos.copy()),
-            "page_table": torch.from_numpy(self._decode_page_table.copy()),
+            "tokens": torch.from_numpy(tokens),
+            "start_pos": torch.from_numpy(start_pos),
+            "page_table": torch.from_numpy(page_table),
         }
         if self.is_encoder_decoder:
-            kwargs["cross_page_table"] = torch.from_numpy(self._decode_cross_page_table.copy())
-            kwargs["encoder_lens"] = torch.from_numpy(self._decode_encoder_lens.copy())
+            cross_page_table = np.zeros_like(self.cross_block_table)
+            cross_page_table[rows] = self.cross_block_table[rows]
+            encoder_lens = np.zeros(b, dtype=np.int32)
+            encoder_lens[rows] = self.encoder_lens[rows]
+            kwargs["cross_page_table"] = torch.from_numpy(cross_page_table)
+            kwargs["encoder_lens"] = torch.from_numpy(encoder_lens)
         return kwargs
-
-    def _lay_out_decode(self, rows: np.ndarray) -> None:
-        """The decode buffers for a new set of decoding rows: the rows not decoding padded, the others' tables."""
-        self._decode_tokens.fill(0)
-        self._decode_start_pos.fill(-1)
-        self._decode_page_table.fill(0)
-        self._decode_cross_page_table.fill(0)
-        self._decode_encoder_lens.fill(0)
-        self._copy_tables(rows)
-
-    def _copy_tables(self, rows: np.ndarray | list[int]) -> None:
-        """The block tables (and encoder lengths) of decoding ``rows`` into the decode buffers."""
-        self._decode_page_table[rows] = self.block_table[rows]
-        if self.is_encoder_decoder:
-            self._decode_cross_page_table[rows] = self.cross_block_table[rows]
-            self._decode_encoder_lens[rows] = self.encoder_lens[rows]
 
     # Checks.
 

@@ -84,9 +84,6 @@ class KVBlockManager:
         self._host = _Pool(self.num_host_blocks)
         self._requests: dict[str, _Request] = {}
         self._seqs: dict[int, _Seq] = {}
-        # The sequences whose self tables changed (made, grown, copied on write, moved) since the caller last cleared
-        # it: the model runner, whose rows of the other sequences then need no check.
-        self.changed_tables: set[int] = set()
 
     @property
     def num_free_blocks(self) -> int:
@@ -151,7 +148,6 @@ class KVBlockManager:
             self._requests[request_id] = _Request(set(seq_ids), cross)
         for seq_id in seq_ids:
             self._seqs[seq_id] = _Seq(request_id, prompt_len, list(table))
-        self.changed_tables.update(seq_ids)
 
     def reserve_cross(self, request_id: str, encoder_len: int) -> list[int]:
         """Cross blocks for a request not allocated yet, whose encoder states arrive first (encoder
@@ -183,7 +179,7 @@ class KVBlockManager:
         need, copy_last = self._append_cost(seq, num_tokens)
         if need > self.num_free_blocks:
             raise RuntimeError(f"append to sequence {seq_id}: needs {need} blocks, {self.num_free_blocks} free")
-        return self._append(seq_id, seq, num_tokens, copy_last)
+        return self._append(seq, num_tokens, copy_last)
 
     def blocks_to_append(self, seq_ids: list[int]) -> int:
         """Free blocks that ``append_each(seq_ids)`` would take."""
@@ -206,11 +202,10 @@ class KVBlockManager:
             seq.num_tokens += 1
         copies: list[tuple[int, int] | None] = [None] * len(seqs)
         for i, (_, copy_last) in zip(slow, costs):
-            copies[i] = self._append(seq_ids[i], seqs[i], 0, copy_last)  # (its token is counted above)
+            copies[i] = self._append(seqs[i], 0, copy_last)  # (its token is counted above)
         return copies
 
-    def _append(self, seq_id: int, seq: _Seq, num_tokens: int, copy_last: bool) -> tuple[int, int] | None:
-        self.changed_tables.add(seq_id)
+    def _append(self, seq: _Seq, num_tokens: int, copy_last: bool) -> tuple[int, int] | None:
         copy = None
         if copy_last:
             copy = seq.table[-1], self._device.take()
@@ -229,7 +224,6 @@ class KVBlockManager:
         for block in parent.table:
             self._device.refs[block] += 1
         self._seqs[child_seq] = _Seq(parent.request_id, parent.num_tokens, list(parent.table))
-        self.changed_tables.add(child_seq)
         self._requests[parent.request_id].seq_ids.add(child_seq)
 
     # Free.
@@ -242,7 +236,6 @@ class KVBlockManager:
         for block in seq.table:
             pool.release(block)
         del self._seqs[seq_id]
-        self.changed_tables.discard(seq_id)
         request.seq_ids.remove(seq_id)
         self._forget_if_empty(seq.request_id, request)
 
@@ -290,7 +283,6 @@ class KVBlockManager:
                 src.release(block)
                 table[i] = mapping[block]
         request.on_host = on_host
-        self.changed_tables.update(request.seq_ids)
         return mapping
 
     # Helpers.

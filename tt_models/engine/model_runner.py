@@ -99,10 +99,6 @@ class ModelRunner:
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
         self._row_order = np.arange(config.max_num_seqs, dtype=np.int32).tobytes()  # rows 0, 1, ... as bytes
         self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
-        # The sequences the last step synced, and whether a row was freed since: a step of the same sequences, none
-        # freed, syncs only those whose tables changed since (the block managers' changed_tables).
-        self._synced: list[Sequence] = []
-        self._removed = False
         # Async decode sampled on the device: the rows, sequences and positions of the next decode step if the batch
         # stays as the last one left it; a step that matches runs with ``reset_batch=False`` (the generator feeds its
         # sampled tokens back on the device, as under TT vLLM's async decode). A row joining, leaving or moving, a
@@ -133,7 +129,6 @@ class ModelRunner:
         if seq.key in self.batch.row_of:
             self.batch.remove_request(seq.key)
             del self._table_tails[seq.key]
-            self._removed = True
 
     def token_rows(self, seqs: list[Sequence]) -> list[int]:
         """Each sequence's row for :meth:`append_tokens`: -1 for a sequence without one (a new fork gets its row,
@@ -167,20 +162,6 @@ class ModelRunner:
             self.batch.replace_last_block(key, table[size - 1])
             self.batch.append_blocks(key, table[size:])
         self._table_tails[key] = tail
-
-    def _sync_all(self, seqs: list[Sequence], kvs: list[Any]) -> None:
-        """:meth:`_sync` the step's sequences. Those of the last step, each synced then, none freed since, are out
-        of date only if their tables changed since (the usual decode step: a few cross a block boundary)."""
-        if seqs == self._synced and not self._removed:
-            changed = kvs[0].changed_tables if len(kvs) == 1 else set().union(*(kv.changed_tables for kv in kvs))
-            stale = [seq for seq in seqs if seq.seq_id in changed] if changed else []
-        else:
-            stale = seqs
-        for seq in stale:
-            self._sync(seq, kvs[seq.request.replica])
-        for kv in kvs:
-            kv.changed_tables.clear()
-        self._synced, self._removed = seqs, False
 
     # Steps.
 
@@ -252,7 +233,8 @@ class ModelRunner:
 
     def _prepare(self, out: SchedulerOutput, kvs: list[Any], ahead: bool = False) -> Any:
         self.execute_swaps(out)
-        self._sync_all([seq for seq, _ in out.scheduled], kvs)
+        for seq, _ in out.scheduled:
+            self._sync(seq, kvs[seq.request.replica])
         if out.is_prefill:
             return self.batch.prepare({seq.key: tokens for seq, tokens in out.scheduled})
         return self.batch.prepare_decode([seq.key for seq, _ in out.scheduled], ahead)
