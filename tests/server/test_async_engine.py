@@ -137,3 +137,46 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(scripted):
 
     assert asyncio.run(main())[-1] == "ok"
     assert engine.aborted == ["doomed"]
+
+
+def test_a_step_reaches_each_event_loop_in_one_hand_over(scripted, monkeypatch):
+    """The engine thread wakes a loop once per step, whatever the number of its streams (each wake-up is a write to
+    the loop's pipe, on the engine thread)."""
+    engine, front, _ = scripted
+    handed: list[list[str]] = []  # per hand-over to the loop: the request ids of its outputs
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        call = loop.call_soon_threadsafe
+
+        def counted(callback, *args):
+            if args and isinstance(args[0], list):
+                handed.append([item.request_id for _, item in args[0]])
+            return call(callback, *args)
+
+        monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+        streams = [await front.add(f"r{i}", "x" * 30, SamplingParams()) for i in range(3)]
+        return await asyncio.gather(*(texts(s) for s in streams))
+
+    assert all(t[-1] == "x" * 30 for t in asyncio.run(main()))
+    assert sum(map(len, handed)) == 3 * 30  # every output, each in one hand-over
+    assert all(len(ids) == len(set(ids)) for ids in handed)  # one per request per step: a step per hand-over
+    assert max(map(len, handed)) == 3
+
+
+def test_a_gone_event_loop_aborts_its_requests_and_the_others_go_on(scripted):
+    engine, front, finished = scripted
+    gone = asyncio.new_event_loop()
+    gone.run_until_complete(front.add("orphan", "x" * 10_000, SamplingParams()))
+    gone.close()  # its streams can no longer be fed
+
+    async def main():
+        return await texts(await front.add("alive", "abc", SamplingParams()))
+
+    assert asyncio.run(main())[-1] == "abc"
+    for _ in range(200):
+        if "orphan" in engine.aborted:
+            break
+        time.sleep(0.01)
+    assert engine.aborted == ["orphan"] and not engine.has_unfinished_requests()
+    assert {o.request_id: o.outputs[0].finish_reason for o in finished} == {"orphan": "abort", "alive": "length"}

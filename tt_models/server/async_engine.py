@@ -1,9 +1,9 @@
 """An asyncio front of one ``LLMEngine``: one background thread runs the engine loop, coroutines submit and stream.
 
 The engine is not thread-safe, so only the loop thread touches it: coroutines hand it commands (add, abort)
-through a thread-safe queue, and it hands each request's outputs to the submitting event loop with
-``call_soon_threadsafe``. While the engine has requests the thread drains the commands and steps; idle, it
-blocks on the command queue, so an idle server costs nothing.
+through a thread-safe queue, and it hands each step's outputs to the submitting event loops with
+``call_soon_threadsafe``, once per loop. While the engine has requests the thread drains the commands and steps;
+idle, it blocks on the command queue, so an idle server costs nothing.
 """
 
 from __future__ import annotations
@@ -184,14 +184,25 @@ class AsyncEngine:
             logger.exception("engine step failed; ending its %d requests", len(self._streams))
             self._fail_all(EngineFailed(f"the engine failed: {type(error).__name__}: {error}"))
             return
+        # One hand-over per event loop per step: each call_soon_threadsafe writes to the loop's wake-up pipe (32
+        # streams took 114 µs of this thread a step, one call 4 µs).
+        deliveries: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, RequestOutput | BaseException]]] = {}
+        running: dict[asyncio.AbstractEventLoop, list[str]] = {}  # the requests still running, per loop
         for output in outputs:
             target = self._streams.get(output.request_id)
             if output.finished:
                 self._streams.pop(output.request_id, None)
                 self._finished(output)
-            item = output if output.error is None else output.error
-            if target is not None and not _call(target[0], target[1].put_nowait, item) and not output.finished:
-                self._abort(output.request_id)  # its event loop is gone
+            if target is None:
+                continue
+            loop, queue_ = target
+            deliveries.setdefault(loop, []).append((queue_, output if output.error is None else output.error))
+            if not output.finished:
+                running.setdefault(loop, []).append(output.request_id)
+        for loop, items in deliveries.items():
+            if not _call(loop, _deliver, items):
+                for request_id in running.get(loop, ()):
+                    self._abort(request_id)  # its event loop is gone
 
     def _fail_all(self, error: EngineFailed) -> None:
         for request_id, (loop, outputs) in list(self._streams.items()):
@@ -217,6 +228,12 @@ class AsyncEngine:
                 self._on_finished(output)
             except Exception:
                 logger.exception("on_finished failed for %s", output.request_id)
+
+
+def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    """On a stream's event loop: each item into its stream's queue, in the engine's order."""
+    for outputs, item in items:
+        outputs.put_nowait(item)
 
 
 def _call(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> bool:
