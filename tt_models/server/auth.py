@@ -5,14 +5,13 @@ discovery read them, and they carry no prompts."""
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tt_models.server.errors import APIError
+from tt_models.server.errors import APIError, Refusal, client_address
 
 logger = logging.getLogger(__name__)
 
@@ -38,16 +37,13 @@ class BearerAuth:
         self._keys = [key.encode() for key in keys]
         error = APIError(401, "Invalid or missing API key: send the header 'Authorization: Bearer <key>'",
                          code="invalid_api_key")
-        self._refusal = json.dumps(error.body().model_dump()).encode()
+        self._refusal = Refusal(error, [(b"www-authenticate", b"Bearer")])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._authorized(scope):
-            client = scope.get("client")
             logger.warning("refused %s %s from %s: no valid API key", scope["method"], scope["path"],
-                           f"{client[0]}:{client[1]}" if client else "?")  # before the request has an id
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
-            await send({"type": "http.response.body", "body": self._refusal})
+                           client_address(scope))
+            await self._refusal.send(send)
             return
         await self.app(scope, receive, send)
 

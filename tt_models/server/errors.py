@@ -6,8 +6,9 @@ with OpenAI's, so its handlers are replaced.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from fastapi import FastAPI, Request
@@ -15,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
+from starlette.types import Scope, Send
 
 from tt_models.disagg.routing import TransferError
 from tt_models.disagg.request_context import request_id
@@ -56,6 +58,26 @@ class APIError(Exception):
 
     def body(self) -> ErrorResponse:
         return ErrorResponse(error=self.info)
+
+
+class Refusal:
+    """An ASGI middleware's answer to a request it refuses before any route runs: ``error``'s status and OpenAI body
+    (encoded once), with ``headers`` beside the content type."""
+
+    def __init__(self, error: APIError, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        self._start = {"type": "http.response.start", "status": error.status_code,
+                       "headers": [(b"content-type", b"application/json"), *headers]}
+        self._body = {"type": "http.response.body", "body": json.dumps(error.body().model_dump()).encode()}
+
+    async def send(self, send: Send) -> None:
+        await send(self._start)
+        await send(self._body)
+
+
+def client_address(scope: Scope) -> str:
+    """The ASGI client as ``host:port``: how a middleware's log names a request, before it has an id."""
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "?"
 
 
 def as_api_error(error: Exception) -> APIError:

@@ -7,7 +7,6 @@ loops, frees their blocks and closes the devices. A second signal stops it at on
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tt_models.server.errors import APIError, ShuttingDown
+from tt_models.server.errors import APIError, Refusal, ShuttingDown, client_address
 
 if TYPE_CHECKING:  # the proxy runs this module without the engine
     from tt_models.server.async_engine import AsyncEngine
@@ -35,21 +34,17 @@ class Drain:
         self.app = app
         self.draining = False
         self.in_flight = 0
-        refusal = APIError(503, "The server is shutting down: send the request to another instance",
-                           code="server_shutting_down")
-        self._refusal = json.dumps(refusal.body().model_dump()).encode()
+        self._refusal = Refusal(APIError(503, "The server is shutting down: send the request to another instance",
+                                         code="server_shutting_down"), [(b"connection", b"close")])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
             return
         if self.draining and scope["path"] != "/metrics":
-            client = scope.get("client")
             logger.info("refused %s %s from %s: the server is shutting down", scope["method"], scope["path"],
-                        f"{client[0]}:{client[1]}" if client else "?")  # before the request has an id
-            await send({"type": "http.response.start", "status": 503,
-                        "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
-            await send({"type": "http.response.body", "body": self._refusal})
+                        client_address(scope))
+            await self._refusal.send(send)
             return
         self.in_flight += 1
         try:
