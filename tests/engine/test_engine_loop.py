@@ -7,6 +7,8 @@ table, copy-on-write rebuild and swap was right; after every run every block mus
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -180,6 +182,23 @@ def test_fed_decode_issues_a_step_before_reading_the_last():
     model.read_decode_output = lambda out, **kwargs: calls.append("read") or read(out, **kwargs)
     assert run(engine, requests) == {r[0]: solo(False, r) for r in requests}
     assert "issue,issue,read" in ",".join(calls)
+
+
+def test_async_host_sampling_schedules_the_next_step_before_reading_the_last():
+    """Async decode sampled on the host: while a steady decode step is in flight the next one is scheduled and its
+    block tables synced; then the step in flight is read and sampled, and the next issued at once with its tokens.
+    The outputs are the solo runs'."""
+    requests = workload(False, [(5, 0, 40, 1), (9, 0, 30, 2)])
+    engine = make_engine(async_decode=True)
+    model, runner, calls = engine.runner.model, engine.runner, []
+    decode, read, schedule, sync = model.decode_forward, model.read_decode_output, engine.scheduler.schedule, runner._sync
+    model.decode_forward = lambda **kwargs: calls.append("issue") or decode(**kwargs)
+    model.read_decode_output = lambda out, **kwargs: calls.append("read") or read(out, **kwargs)
+    engine.scheduler.schedule = lambda: calls.append("schedule") or schedule()
+    runner._sync = lambda *args: calls.append("sync") or sync(*args)
+    assert run(engine, requests) == {r[0]: solo(False, r) for r in requests}
+    steady = re.findall(r"issue,schedule(?:,sync)+,read(?=,issue)", ",".join(calls))
+    assert len(steady) >= 30, calls  # of ~40 decode steps: the others follow a batch change, drained first
 
 
 @pytest.mark.parametrize("decode", DECODE_MODES.values(), ids=DECODE_MODES.keys())

@@ -275,14 +275,12 @@ class InputBatch:
         row = slot; a row not decoding this step gets token 0, ``start_pos = -1``, a zero page-table row
         and, for encoder-decoder models, a zero cross row and ``encoder_lens = 0``."""
         rows, b = step.rows, self.max_num_seqs
-        tokens = np.zeros((b, 1), dtype=np.int32)
-        tokens[rows, 0] = self.token_ids[rows, step.positions]
         start_pos = np.full(b, -1, dtype=np.int32)
         start_pos[rows] = step.positions
         page_table = np.zeros_like(self.block_table)
         page_table[rows] = self.block_table[rows]
         kwargs: dict[str, Any] = {
-            "tokens": torch.from_numpy(tokens),
+            "tokens": self.decode_tokens(step),
             "start_pos": torch.from_numpy(start_pos),
             "page_table": torch.from_numpy(page_table),
         }
@@ -294,6 +292,12 @@ class InputBatch:
             kwargs["cross_page_table"] = torch.from_numpy(cross_page_table)
             kwargs["encoder_lens"] = torch.from_numpy(encoder_lens)
         return kwargs
+
+    def decode_tokens(self, step: DecodeInputs) -> torch.Tensor:
+        """``decode_forward``'s ``tokens [max_num_seqs, 1]``: each row's last token, 0 in rows not decoding."""
+        tokens = np.zeros((self.max_num_seqs, 1), dtype=np.int32)
+        tokens[step.rows, 0] = self.token_ids[step.rows, step.positions]
+        return torch.from_numpy(tokens)
 
     # Checks.
 

@@ -68,9 +68,10 @@ class LLMEngine(RequestIntake[Request]):
         # Encoder outputs computed by encode instances (tt_models.disagg.EncoderInbox), or None: encoders run here.
         self.encoder_inbox: Any = None
         self._pending: list[tuple[Sequence, int, Any]] = []  # sampled, not yet detokenized nor stop-checked
-        # Async decode sampled on the device by a model that feeds its tokens back (``supports_async_decode``): a
-        # decode step is left in flight, and the next one is launched before it is read when it runs the same
-        # sequences (TT vLLM's async decode), so the device never waits for the host.
+        # Async decode leaves a decode step in flight while the next one is scheduled and its inputs prepared. Sampled
+        # on the device by a model that feeds its tokens back (``supports_async_decode``), the next one is launched
+        # before the step in flight is read (TT vLLM's async decode), so the device never waits for the host; else the
+        # host reads and samples the step in flight, writes its tokens into the next one's inputs and launches it.
         self._feeds_back = config.async_decode and bool(capabilities.get("supports_async_decode"))
         self._inflight: tuple[SchedulerOutput, Any] | None = None  # (the step, the runner's launch) not read yet
         self._compiling: list[Request] = []  # requests whose grammar was still compiling at the last step
@@ -163,12 +164,12 @@ class LLMEngine(RequestIntake[Request]):
     def step(self) -> list[RequestOutput]:
         """One model step; returns the outputs of every request that advanced (finished ones included).
 
-        With ``async_decode`` a decode step is issued before the previous step's tokens are detokenized and
-        checked for stops: that host work runs while the device computes, and this step returns the previous
-        step's outputs. A sequence that turns out to have stopped still ran in this step; its token is discarded.
-        Sampled on the device by a model that feeds its tokens back, a decode step is read only once the next one
-        is issued (when it runs the same sequences), so outputs lag two steps and a stopped sequence may run two
-        more.
+        With ``async_decode`` a decode step is left in flight: the next one is scheduled, its inputs prepared and
+        the tokens sampled before it detokenized and checked for stops while the device computes; then the step in
+        flight is read and sampled, its tokens written into the next one's inputs, and that one launched (when it
+        runs the same sequences). Sampled on the device by a model that feeds its tokens back, the next one is
+        launched before the step in flight is read. Outputs lag two steps, and a sequence that turns out to have
+        stopped may run two more steps, whose tokens are discarded.
         """
         failed = self._compiled() if self._compiling else []
         return failed + self._step()
@@ -196,18 +197,28 @@ class LLMEngine(RequestIntake[Request]):
         for seq in out.preempted:
             self.runner.remove(seq)
         if out.scheduled and not out.is_prefill and self.config.async_decode:
-            on_device = self._on_device(out)
-            launched = self.runner.launch(out, self.scheduler.kvs, on_device, ahead=self._inflight is not None)
-            outputs = self._commit()  # the previous step's tokens, while this one runs
+            on_device, previous = self._on_device(out), self._inflight
             self.stats["decode_steps"] += 1
-            if on_device and self._feeds_back:  # read the step in flight, if any; this one stays in flight
-                previous, self._inflight = self._inflight, (out, launched)
+            if on_device and self._feeds_back:  # launched first: the device feeds the step in flight's tokens back
+                self._inflight = (out, self.runner.launch(out, self.scheduler.kvs, on_device,
+                                                          ahead=previous is not None))
+                outputs = self._commit()  # the tokens sampled before, while the device computes
                 if previous is not None:
                     self._pending = self._sample(previous[0], *self.runner.collect(previous[1]))
-            else:  # the sampling bookkeeping needs no output: it is done while the device computes
-                picked = self._picked(out)
-                self._pending = self._draw(picked, *self.runner.collect(launched))
-            return self._merge(drained, outputs)
+                return self._merge(drained, outputs)
+            committed: list[RequestOutput] = []
+
+            def feed() -> None:
+                """Once this step's inputs are prepared: the tokens sampled before detokenized and checked while the
+                device computes, then the step in flight read and sampled, its tokens into this step's inputs."""
+                committed.extend(self._commit())
+                if previous is not None:
+                    picked = self._picked(previous[0])  # (needs no output: done before the device is waited for)
+                    self._pending = self._draw(picked, *self.runner.collect(previous[1]))
+
+            self._inflight = (out, self.runner.launch(out, self.scheduler.kvs, on_device, ahead=previous is not None,
+                                                      feed=feed))
+            return self._merge(drained, committed)
         outputs = self._merge(drained, self._commit())
         out.scheduled = [(seq, tokens) for seq, tokens in out.scheduled if not seq.finished]  # stopped just now
         if not out.scheduled:

@@ -8,6 +8,7 @@ input batch in step with the scheduler's sequences, and turns each step into one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -185,19 +186,21 @@ class ModelRunner:
         self.batch.advance(step)
         return logits[:, 0, : self.vocab_size].float()
 
-    def launch(self, out: SchedulerOutput, kvs: list[Any], on_device: bool = False,
-               ahead: bool = False) -> tuple[Any, Any, bool]:
+    def launch(self, out: SchedulerOutput, kvs: list[Any], on_device: bool = False, ahead: bool = False,
+               feed: Callable[[], None] | None = None) -> tuple[Any, Any, bool]:
         """Issue a decode step without reading its output (``read_from_device=False``): on a device the host is free
         until :meth:`collect`. ``on_device``: every row is sampled greedily on the device (tokens come back).
         ``ahead``: the previous decode step, of the same rows, is not read yet: each row's input token is the one
-        the device sampled last, which the model feeds back itself (``reset_batch=False``)."""
+        that step samples, which the model feeds back itself (``reset_batch=False``), or which ``feed`` writes into
+        the batch: it runs once every other argument of this step is built (its block tables too), before its tokens
+        are read from the batch."""
         step = self._prepare(out, kvs, ahead)
         kwargs = self.batch.decode_kwargs(step)
         if on_device:
             kwargs["sampling_params"] = self._greedy
             if self.config.async_decode:
                 kwargs["reset_batch"] = _layout(step) != self._steady
-        if ahead and kwargs.get("reset_batch") is not False:
+        if ahead and feed is None and kwargs.get("reset_batch") is not False:
             raise RuntimeError("a decode step launched ahead of the previous one's tokens must keep the batch layout "
                                "and sample on the device")
         self._steady = _layout(step, ahead=1) if on_device and self.config.async_decode else None
@@ -212,6 +215,9 @@ class ModelRunner:
             for seq, _ in out.scheduled:
                 deltas[self.batch.row_of[seq.key]] = seq.request.rope_delta
             kwargs["rope_deltas_all_users"] = deltas
+        if feed is not None:  # all else is built while the step in flight computes: only its tokens come after
+            feed()
+            kwargs["tokens"] = self.batch.decode_tokens(step)
         tt_out = self.model.decode_forward(**kwargs, kv_cache=self.kv_cache, read_from_device=False)
         self.batch.advance(step)
         return tt_out, step.rows, on_device
