@@ -164,9 +164,9 @@ class LLMEngine(RequestIntake[Request]):
     def step(self) -> list[RequestOutput]:
         """One model step; returns the outputs of every request that advanced (finished ones included).
 
-        With ``async_decode`` a decode step is left in flight: the next one is scheduled, its inputs prepared and
-        the tokens sampled before it detokenized and checked for stops while the device computes; then the step in
-        flight is read and sampled, its tokens written into the next one's inputs, and that one launched (when it
+        With ``async_decode`` a decode step is left in flight: while the device computes, the next one is scheduled
+        and its inputs prepared, and the tokens sampled before are detokenized and checked for stops; then the step
+        in flight is read and sampled, its tokens written into the next one's inputs, and that one launched (when it
         runs the same sequences). Sampled on the device by a model that feeds its tokens back, the next one is
         launched before the step in flight is read. Outputs lag two steps, and a sequence that turns out to have
         stopped may run two more steps, whose tokens are discarded.

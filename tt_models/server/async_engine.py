@@ -195,8 +195,8 @@ class AsyncEngine:
                 self._finished(output)
             if target is None:
                 continue
-            loop, queue_ = target
-            deliveries.setdefault(loop, []).append((queue_, output if output.error is None else output.error))
+            loop, stream = target
+            deliveries.setdefault(loop, []).append((stream, output if output.error is None else output.error))
             if not output.finished:
                 running.setdefault(loop, []).append(output.request_id)
         for loop, items in deliveries.items():
