@@ -15,8 +15,8 @@ peers, measured in the same run: numpy's argmax over ``[batch, vocab]`` float32 
 same right after a wait as long as the overlap rows' (where their host sampling starts: on a VM whose other tenants
 share the core, the caches are cold then), a bf16 -> float32 conversion of such logits (what a model's output
 processing costs the host, not counted above), and the real SmolLM2 host decode step at the same batch (a short
-run, ``--real-steps``). It ends with issue 29's
-bounds: each case's median CPU per step over the argmax peer, and the overlap rows' mean step over the device time.
+run, ``--real-steps``). It ends with issue 29's bounds: each case's median CPU per step over the argmax peer, and the
+overlap rows' mean step over the device time.
 
 The same code's ratios differ by up to 2x between processes on a small shared machine (bimodal, not tied to
 PYTHONHASHSEED), so one process decides nothing: ``--processes N`` runs the whole measurement in N fresh processes
@@ -208,6 +208,11 @@ def timed_call(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def timed_after_wait(fn: Callable[[], Any], wait_s: float) -> float:
+    wait_until(time.perf_counter() + wait_s)
+    return timed_call(fn)
+
+
 def chat_prompts(checkpoint: Checkpoint) -> list[str]:
     return [checkpoint.tokenizer.apply_chat_template([{"role": "user", "content": f"Tell me about the number {i}."}],
                                                      add_generation_prompt=True, tokenize=False)
@@ -293,8 +298,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     argmax_s = statistics.median(timed_call(lambda: logits.numpy().argmax(axis=-1)) for _ in range(200))
     convert_s = statistics.median(timed_call(device_logits.float) for _ in range(200))
     # The same argmax right after a wait as long as the overlap rows' (what their host sampling starts from).
-    cold_s = statistics.median(wait_until(time.perf_counter() + latency)
-                               or timed_call(lambda: logits.numpy().argmax(axis=-1)) for _ in range(25))
+    cold_s = statistics.median(timed_after_wait(lambda: logits.numpy().argmax(axis=-1), latency) for _ in range(25))
     print("\npeers in this run:")
     peer = f"numpy argmax over [{BATCH}, {vocab}] float32 (the sampler greedy core)"
     print(f"  {peer:<70} {argmax_s * 1e6:8.1f} µs  "
