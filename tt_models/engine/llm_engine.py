@@ -204,7 +204,7 @@ class LLMEngine(RequestIntake[Request]):
                                                           ahead=previous is not None))
                 outputs = self._commit()  # the tokens sampled before, while the device computes
                 if previous is not None:
-                    self._pending = self._sample(previous[0], *self.runner.collect(previous[1]))
+                    self._pending = self._read(previous)
                 return self._merge(drained, outputs)
             committed: list[RequestOutput] = []
 
@@ -213,8 +213,7 @@ class LLMEngine(RequestIntake[Request]):
                 device computes, then the step in flight read and sampled, its tokens into this step's inputs."""
                 committed.extend(self._commit())
                 if previous is not None:
-                    picked = self._picked(previous[0])  # (needs no output: done before the device is waited for)
-                    self._pending = self._draw(picked, *self.runner.collect(previous[1]))
+                    self._pending = self._read(previous)
 
             self._inflight = (out, self.runner.launch(out, self.scheduler.kvs, on_device, ahead=previous is not None,
                                                       feed=feed))
@@ -237,10 +236,17 @@ class LLMEngine(RequestIntake[Request]):
     def _drain(self) -> list[RequestOutput]:
         """Read the decode step in flight; the tokens sampled before it are committed first, so that a sequence they
         stop has its token from the step in flight discarded."""
-        (out, launched), self._inflight = self._inflight, None
+        inflight, self._inflight = self._inflight, None
         outputs = self._commit()
-        self._pending = self._sample(out, *self.runner.collect(launched))
+        self._pending = self._read(inflight)
         return outputs
+
+    def _read(self, inflight: tuple[SchedulerOutput, Any]) -> list[tuple[Sequence, int, Any]]:
+        """:meth:`_sample` of a launched decode step ``(out, launched)``: the bookkeeping that needs no output first,
+        while the device may still compute, then its output (waiting for the device)."""
+        out, launched = inflight
+        picked = self._picked(out)
+        return self._draw(picked, *self.runner.collect(launched))
 
     def _on_device(self, out: SchedulerOutput) -> bool:
         """Whether this decode step's tokens are sampled on the device: with ``sample_on_device``, when every

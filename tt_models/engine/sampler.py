@@ -367,9 +367,8 @@ def _random_sample(logits: torch.Tensor, rows: Sequence[RowState], at: list[int]
 
     def whole(group: list[int]) -> torch.Tensor:
         """The rows of ``group``, divided, in a copy free to change (the caller's own rows when they are all)."""
-        if temperatures is None:
-            return _subset(logits, [at[i] for i in group])
-        return _scaled_rows(logits, [at[i] for i in group], [temperatures[i] for i in group])
+        return _rows_divided(logits, [at[i] for i in group], None if temperatures is None else
+                             [temperatures[i] for i in group])
 
     tokens = np.empty(len(rows), dtype=np.int64)
     limited = [i for i, x in enumerate(params) if 0 < x.top_k < vocab_size]
