@@ -92,3 +92,16 @@ def test_float64_is_rejected_with_a_clear_error():
     # (the real ttnn 0.81.1 aborts the process on float64 input; the host backend names the problem)
     with pytest.raises(TypeError, match="float64"):
         host.from_torch(torch.zeros(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("layout", ["ROW_MAJOR_LAYOUT", "TILE_LAYOUT"])
+@pytest.mark.parametrize("given", [True, False], ids=["dtype-uint32", "dtype-default"])
+def test_uint32_tensors_keep_their_values_as_in_ttnn(layout, given):
+    """A torch.uint32 tensor (torch has no ``<`` for it: the check for negative values must skip it) becomes a uint32
+    tensor whose values, those from 2**31 on too, come back as they went in."""
+    x = torch.tensor([[0, 1, 2**31 - 1], [2**31, 2**31 + 5, 2**32 - 1]], dtype=torch.uint32)
+    real = ttnn.from_torch(x, dtype=ttnn.uint32 if given else None, layout=getattr(ttnn, layout))
+    mine = host.from_torch(x, dtype=host.uint32 if given else None, layout=getattr(host, layout))
+    assert (mine.dtype.name, mine.layout.name) == (real.dtype.name, real.layout.name)
+    real, mine = ttnn.to_torch(real), host.to_torch(mine)
+    assert mine.dtype == real.dtype == torch.uint32 and mine.tolist() == real.tolist() == x.tolist()

@@ -196,6 +196,9 @@ REFUSED = [  # (host, why)
     ("169.254.169.254", f"is a link-local address; {NEVER_HINT}"),
     ("224.0.0.1", f"is a multicast address; {NEVER_HINT}"),
     ("240.0.0.1", f"is a reserved address; {NEVER_HINT}"),
+    ("100.64.0.1", f"is a non-global address; {PRIVATE_HINT}"),  # carrier-grade NAT (100.64.0.0/10)
+    ("[2002:7f00:1::]", f"is a loopback address; {PRIVATE_HINT}"),  # 6to4: judged by the IPv4 it carries, 127.0.0.1
+    ("[2002:a00:1::]", f"is a private address; {PRIVATE_HINT}"),  # and 10.0.0.1
     ("private.test", f"resolves to 10.0.0.1, a private address; {PRIVATE_HINT}"),
     ("home.test", f"resolves to 192.168.1.1, a private address; {PRIVATE_HINT}"),
     ("ula.test", f"resolves to fd00::1, a private address; {PRIVATE_HINT}"),

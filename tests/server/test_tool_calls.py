@@ -111,11 +111,12 @@ def chat(client: openai.OpenAI, messages=CHAT, max_tokens=96, **kwargs):
                                           **kwargs)
 
 
-def streamed(client: openai.OpenAI, **kwargs):
+def streamed(client: openai.OpenAI, max_tokens=96, **kwargs):
     """The message the openai client's stream helper assembles from the deltas, its finish reason, and the raw
     tool-call deltas."""
     deltas = []
-    with client.chat.completions.stream(model=MODEL, messages=CHAT, temperature=0, max_tokens=96, **kwargs) as stream:
+    with client.chat.completions.stream(model=MODEL, messages=CHAT, temperature=0, max_tokens=max_tokens,
+                                        **kwargs) as stream:
         for event in stream:
             if event.type == "chunk" and event.chunk.choices and event.chunk.choices[0].delta.tool_calls:
                 deltas.extend(event.chunk.choices[0].delta.tool_calls)
@@ -184,6 +185,25 @@ def test_auto_reads_hermes_calls(auto):
     plain_text = chat(client, tools=TOOLS, max_tokens=8).choices[0]
     assert plain_text.message.tool_calls in (None, []) and plain_text.finish_reason in ("stop", "length")
     assert_blocks_free(server)
+
+
+def test_auto_answers_two_calls_in_one_output_streamed_or_not(auto):
+    """Both calls of one output reach the client, each with its name and arguments: the parser reads both, and the
+    server must send both, in the message and in the stream."""
+    _, client = auto
+    regex = (r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "[a-z]{1,8}", "unit": "celsius"\}\}\n'
+             r'</tool_call>\n<tool_call>\n\{"name": "get_time", "arguments": \{"zone": "(UTC|CET)"\}\}\n</tool_call>')
+    forced = dict(tools=TOOLS, extra_body={"guided_regex": regex}, max_tokens=192)  # (96 tokens fit one call)
+    text = chat(client, tool_choice="none", **forced).choices[0].message.content
+    assert re.fullmatch(regex, text)
+    written = [json.loads(call) for call in re.findall(r"<tool_call>\n(.*)\n</tool_call>", text)]
+    choice = chat(client, **forced).choices[0]
+    assert calls_of(choice.message) == [(call["name"], call["arguments"]) for call in written]
+    assert [name for name, _ in calls_of(choice.message)] == ["get_weather", "get_time"]
+    assert choice.finish_reason == "tool_calls"
+    message, reason, deltas = streamed(client, **forced)
+    assert (calls_of(message), reason) == (calls_of(choice.message), "tool_calls")
+    assert [d.index for d in deltas if d.id] == [0, 1]
 
 
 def test_tool_message_round_trip(plain, monkeypatch):

@@ -52,3 +52,8 @@ def test_segments_from_timestamp_tokens():
     read = parse_segments([7, 8, eos], timestamp_begin=begin, eos_token_id=eos, offset=5.0, duration=3.0,
                           decode=decode)
     assert [(s.start, s.end, s.text) for s in read.segments] == [(5.0, 8.0, " w7 w8")] and read.resume_at is None
+    # a segment from 4.00 s to 5.00 s of a 3 s window (the last one, padded to 30 s): its end is the window's end,
+    # and its start, after that, is clamped to it
+    read = parse_segments([300, 1, 350, eos], timestamp_begin=begin, eos_token_id=eos, offset=10.0, duration=3.0,
+                          decode=decode)
+    assert [(s.start, s.end, s.text) for s in read.segments] == [(13.0, 13.0, " w1")]

@@ -22,6 +22,7 @@ _DTYPE_OF_TORCH = {
     torch.float16: DataType.BFLOAT16,
     torch.int32: DataType.INT32,
     torch.int64: DataType.UINT32,
+    torch.uint32: DataType.UINT32,
     torch.uint8: DataType.UINT8,
     torch.int16: DataType.UINT16,
 }
@@ -67,9 +68,9 @@ def from_torch(tensor: torch.Tensor | None, dtype: DataType | None = None, *, sp
           f"{dtype.name} is a tile format: it needs layout=TILE_LAYOUT")
     if memory_config is not None and device is None:
         raise TTFatal("from_torch: memory_config given without a device")
-    if dtype in (DataType.UINT32, DataType.UINT16, DataType.UINT8):
-        check(not bool((tensor < 0).any()) if not tensor.is_floating_point() else True, "from_torch",
-              f"negative values cannot be stored as {dtype.name}")
+    if dtype in (DataType.UINT32, DataType.UINT16, DataType.UINT8) and not tensor.is_floating_point() \
+            and tensor.dtype.is_signed:  # (torch has no `<` for uint32, whose values are never negative)
+        check(not bool((tensor < 0).any()), "from_torch", f"negative values cannot be stored as {dtype.name}")
     if device is not None:
         _check_not_capturing("from_torch")
     value = quantize(tensor.detach().to(torch.float32 if tensor.is_floating_point() else tensor.dtype), dtype)
