@@ -307,12 +307,23 @@ def test_too_long_audio_bytes(whisper):
         whisper.process(audio_prompt(wav.getvalue()))
 
 
-def test_whisper_needs_its_generation_config_and_encoder_room(whisper_checkpoint):
+def test_whisper_default_prompts_need_its_generation_config_and_encoder_room(whisper_checkpoint):
+    """Without Whisper's generation config (none, or HF's from the model config), the processor is built (the model
+    runs on decoder prompts of its own) and a request for the default decoder prompt is refused, naming what it
+    lacks (and, without a tokenizer, why it was not derived)."""
     c = whisper_checkpoint
-    for generation_config in (None, GenerationConfig.from_model_config(c.config)):  # none, or without Whisper's
-        with pytest.raises(ValueError, match="Whisper needs its generation config"):
-            InputProcessor(c.config, c.tokenizer, processor=c.processor, generation_config=generation_config,
-                           max_model_len=448)
+    from_model_config = GenerationConfig.from_model_config(c.config)
+    for generation_config, tokenizer, message in (
+            (None, c.tokenizer, "lacks decoder_start_token_id, eos_token_id, no_timestamps_token_id$"),
+            (from_model_config, c.tokenizer, "lacks no_timestamps_token_id$"),
+            (from_model_config, None, "lacks no_timestamps_token_id, and the checkpoint has no tokenizer to derive "
+                                      "them from$")):
+        whisper = InputProcessor(c.config, tokenizer, processor=c.processor, generation_config=generation_config,
+                                 max_model_len=448)
+        own = TokensPrompt(prompt_token_ids=[SOT, NO_TIMESTAMPS], multi_modal_data={"audio": sine(16000, 0.5)})
+        assert whisper.process(own).prompt_token_ids == [SOT, NO_TIMESTAMPS]
+        with pytest.raises(ValueError, match=f"^Whisper's generation config {message}"):
+            whisper.process(audio_prompt(sine(16000, 0.5)))
     with pytest.raises(ValueError, match="max_encoder_len 1000 is below Whisper's 1500 encoder positions"):
         InputProcessor(c.config, c.tokenizer, generation_config=c.generation_config, max_model_len=448,
                        max_encoder_len=1000)

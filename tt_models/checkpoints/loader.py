@@ -77,7 +77,8 @@ class Checkpoint:
     image processor of Llama 3.2 Vision, Qwen2.5-VL and Gemma 3 directories with a ``preprocessor_config.json``; None
     otherwise.
     ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
-    An HF Whisper directory's is completed with the Whisper fields it lacks (``whisper_generation``).
+    An HF Whisper directory's is completed with the Whisper fields it lacks, as far as its tokenizer allows
+    (``whisper_generation``).
     """
 
     config: PretrainedConfig
@@ -139,10 +140,7 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
     if (directory / "generation_config.json").is_file():  # e.g. Llama 3 instruct's several eos ids
         generation_config = GenerationConfig.from_pretrained(directory, local_files_only=True)
     if config.model_type == "whisper":  # a config written from the model config lacks what Whisper decodes with
-        try:
-            generation_config = completed_generation_config(generation_config, config, tokenizer)
-        except ValueError as error:
-            raise ValueError(f"{directory}: {error}") from error
+        generation_config = completed_generation_config(generation_config, config, tokenizer)
     return Checkpoint(config, weights.state_dict(), tokenizer, directory, processor=_image_processor(directory, config),
                       generation_config=generation_config)
 

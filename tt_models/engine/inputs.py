@@ -53,6 +53,7 @@ from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
 from typing_extensions import NotRequired, TypedDict
 
 from tt_models.audio import load_audio
+from tt_models.checkpoints.whisper_generation import require_engine_fields
 from tt_models.engine.config import decoder_config, has_prompt_images, is_image_text
 from tt_models.engine.config import max_encoder_len as model_max_encoder_len
 from tt_models.engine.image_placeholders import expand, placeholder_id
@@ -138,8 +139,9 @@ class InputProcessor:
 
     ``max_model_len`` bounds the decoder sequence (prompt plus output); ``max_encoder_len`` the encoder
     input, by default the model's own limit (BART ``max_position_embeddings``, Whisper
-    ``max_source_positions``). Whisper needs its ``generation_config`` (the default decoder prompt) and
-    takes its feature extractor from ``processor`` (a default ``WhisperFeatureExtractor`` without one).
+    ``max_source_positions``). Whisper's default decoder prompt comes from its ``generation_config`` (a request
+    that needs a field it lacks is refused, naming it); its feature extractor from ``processor`` (a default
+    ``WhisperFeatureExtractor`` without one).
     """
 
     def __init__(
@@ -172,9 +174,6 @@ class InputProcessor:
             raise ValueError(f"{hf_config.model_type} config has neither decoder_start_token_id nor bos_token_id")
         if self.is_whisper:
             model_limit = hf_config.max_source_positions
-            if getattr(generation_config, "no_timestamps_token_id", None) is None:
-                raise ValueError("Whisper needs its generation config (with no_timestamps_token_id): "
-                                 "the default decoder prompt comes from it")
             self.generation_config = generation_config
             extractor = getattr(processor, "feature_extractor", processor)
             if extractor is None:
@@ -347,7 +346,8 @@ class InputProcessor:
                            previous_text: str | None = None) -> list[int]:
         """Whisper's decoder prompt: [``<|startofprev|>`` and the last tokens of ``previous_text``,]
         ``<|startoftranscript|>`` [language, task,] and ``<|notimestamps|>`` unless ``timestamps``. Raises
-        ValueError for a language or task the checkpoint does not take."""
+        ValueError for a language or task the checkpoint does not take, and naming the generation config's fields
+        it needs that the checkpoint lacks."""
         ids = self._whisper_default_prompt(language, task)
         if timestamps:
             ids = ids[:-1]
@@ -363,6 +363,7 @@ class InputProcessor:
     def _whisper_default_prompt(self, language: str | None, task: str | None) -> list[int]:
         """The prefix HF's Whisper ``generate`` forces: start, [language, task,] no timestamps."""
         config = self.generation_config
+        require_engine_fields(config, self.tokenizer)
         language = language if language is not None else getattr(config, "language", None) or "en"
         task = task if task is not None else getattr(config, "task", None) or "transcribe"
         language_token = _language_token(language)

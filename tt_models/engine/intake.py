@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from tt_models.checkpoints import Checkpoint
+from tt_models.checkpoints.whisper_generation import require_engine_fields
 from tt_models.engine.config import EngineConfig, max_encoder_len
 from tt_models.engine.inputs import InputProcessor, ProcessedInputs, PromptType
 from tt_models.engine.sampling import SamplingParams
@@ -44,6 +45,8 @@ class RequestIntake(Generic[R]):
             raise ValueError(f"sampling params must be a SamplingParams, got {type(params).__name__}")
         params.verify(self.processor.vocab_size, None if self.tokenizer is None else len(self.tokenizer))
         inputs = self.processor.process(prompt, language=language, task=task, previous_text=previous_text)
+        if self.processor.is_whisper and (params.extra_args or {}).get("timestamps"):  # the timestamp rules' tokens
+            require_engine_fields(self.processor.generation_config, self.tokenizer)
         if max_tokens_param is not None and params.max_tokens is not None:
             _check_room(params.max_tokens, len(inputs.prompt_token_ids), self.config.max_model_len, max_tokens_param)
         return params, inputs
