@@ -10,9 +10,10 @@ import pytest
 import torch
 from transformers import GenerationMixin
 
+from tests.closeness import identical_prefix, noise, top5
 from tests.models.hf_reference import pcc
 from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
-from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _closeness, _fill_nan
+from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
@@ -100,6 +101,7 @@ def _suppress(logits, step, suppress):
     return logits
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("profile", ["accuracy", "performance"])
 def test_free_running_greedy_agrees_with_hf_generate(host_device, seq2seq_case, profile):
     name, hf, items = seq2seq_case
@@ -109,22 +111,18 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, seq2seq_case, 
     requests = _requests(items)
     for slot, r in zip((2, 0, 3), requests):
         driver.add(r, slot)
-    top5 = [[] for _ in requests]
-    for r, t, row in zip(requests, top5, driver.prefill(requests)):
-        row = _suppress(row, 0, suppress)
-        t.append(row.topk(5).indices.tolist())
-        r.tokens.append(t[-1][0])
+    our_rows = [[_suppress(row, 0, suppress)] for row in driver.prefill(requests)]
+    for r, rows in zip(requests, our_rows):
+        r.tokens.append(int(rows[-1].argmax()))
     for step in range(1, NEW_TOKENS):
         logits = driver.decode()
-        for r, t in zip(requests, top5):
-            row = _suppress(logits[r.slot], step, suppress)
-            t.append(row.topk(5).indices.tolist())
-            r.tokens.append(t[-1][0])
-    for i, (r, t) in enumerate(zip(requests, top5)):
+        for r, rows in zip(requests, our_rows):
+            rows.append(_suppress(logits[r.slot], step, suppress))
+            r.tokens.append(int(rows[-1].argmax()))
+    for i, (r, rows) in enumerate(zip(requests, our_rows)):
         sequence, hf_logits = items[i][3], items[i][4]
-        hf_top5 = [_suppress(hf_logits[r.prompt_len - 1 + k], k, suppress).topk(5).indices.tolist()
-                   for k in range(NEW_TOKENS)]
-        exact = _closeness(r.tokens[r.prompt_len:], sequence[r.prompt_len:].tolist(), t, hf_top5)
+        their_rows = [_suppress(hf_logits[r.prompt_len - 1 + k], k, suppress) for k in range(NEW_TOKENS)]
+        exact = identical_prefix(r.tokens[r.prompt_len:], sequence[r.prompt_len:].tolist(),
+                                 [row.topk(5).indices.tolist() for row in rows], [top5(row) for row in their_rows],
+                                 noise(rows, their_rows))
         print(f"\n{name} {profile} request {i}: {exact}/{NEW_TOKENS} tokens identical to HF generate")
-        # Measured: every request of both models and profiles (HF's top-2 margins stay above 0.05 throughout).
-        assert exact == NEW_TOKENS, f"{name} {profile} request {i}: only {exact} identical tokens"

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM as HFLlama
 
-from tests.models.test_llama_contract import _closeness
+from tests.closeness import identical_prefix, noise, top5
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.generator import LlamaForCausalLM
@@ -17,7 +17,7 @@ PROMPTS = ["What is the capital of France?", "Name three colors of the rainbow."
 NEW_TOKENS = 24
 BLOCK = 64
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.numerics]
 
 
 @pytest.fixture(scope="module")
@@ -34,44 +34,54 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def expected(smollm2):
-    """HF's greedy answers to ``PROMPTS``."""
+    """HF's greedy answers to ``PROMPTS`` and each step's logits."""
     _, _, prompts, hf = smollm2
+    answers = []
     with torch.no_grad():
-        return [hf.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(p):].tolist()
-                for p in prompts]
+        for p in prompts:
+            out = hf.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True,
+                              return_dict_in_generate=True)
+            answers.append((out.sequences[0, len(p):].tolist(), [scores[0] for scores in out.scores]))
+    return answers
 
 
 def _greedy(model, kv, prompts, eos):
+    """Greedy answers to ``prompts`` and each step's logits."""
     driver = VllmDriver(model, kv, max_batch_size=len(prompts), num_blocks=kv[0][0][0].shape[0], block_size=BLOCK,
                         width=4)
     requests = [Request(tokens=list(p), prompt_len=len(p)) for p in prompts]
     for slot, r in enumerate(requests):
         driver.add(r, slot)
-    for r, row in zip(requests, driver.prefill(requests)):
-        r.tokens.append(int(row.argmax()))
+    steps = [[row] for row in driver.prefill(requests)]
+    for r, rows in zip(requests, steps):
+        r.tokens.append(int(rows[-1].argmax()))
     for _ in range(NEW_TOKENS - 1):
         step = driver.decode()
-        for r in requests:
+        for r, rows in zip(requests, steps):
             if r.tokens[-1] != eos:
-                r.tokens.append(int(step[r.slot].argmax()))
-    return [r.tokens[r.prompt_len:] for r in requests]
+                rows.append(step[r.slot])
+                r.tokens.append(int(rows[-1].argmax()))
+    return [(r.tokens[r.prompt_len:], rows) for r, rows in zip(requests, steps)]
 
 
 @pytest.mark.parametrize("profile", ["accuracy", "performance"])
 def test_chat_answers_match_hf(host_device, smollm2, expected, profile):
+    """Accuracy (SmolLM2's default, bfloat8_b MLP): greedy answers agree with HF's under the closeness rule.
+    Performance (bfloat4_b MLP) moves this real model's logits by 1.5-4 (RMS against HF): its answers are printed,
+    and the first must still name Paris."""
     checkpoint, tokenizer, prompts, _ = smollm2
     model = LlamaForCausalLM.from_state_dict(checkpoint.config, checkpoint.state_dict, host_device, len(prompts),
                                              max_seq_len=256, optimizations=profile)
     args = model.models[0].args
     kv = model.allocate_kv_cache((16, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
     answers = _greedy(model, kv, prompts, tokenizer.eos_token_id)
-    for prompt, ours, theirs in zip(PROMPTS, answers, expected):
-        theirs = theirs[: len(ours)]
-        same = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(theirs))
-        print(f"\n{profile} {prompt!r}: {same}/{len(theirs)} tokens as HF: {tokenizer.decode(ours)!r}")
+    for prompt, (ours, our_rows), (theirs, their_rows) in zip(PROMPTS, answers, expected):
+        print(f"\n{profile} {prompt!r}: {tokenizer.decode(ours)!r}")
         if profile == "accuracy":
-            assert ours == theirs
-    assert "Paris" in tokenizer.decode(answers[0])
+            same = identical_prefix(ours, theirs[: len(ours)], [row.topk(5).indices.tolist() for row in our_rows],
+                                    [top5(row) for row in their_rows], noise(our_rows, their_rows))
+            print(f"{same}/{len(ours)} tokens as HF")
+    assert "Paris" in tokenizer.decode(answers[0][0])
 
 
 DEMO_PROMPTS = json.loads((Path(__file__).parents[2] / "demo" / "prompts.json").read_text())
@@ -94,21 +104,22 @@ def test_demo_prompts_at_the_default_precision_stay_close_to_hf(host_device, smo
     requests = [Request(tokens=list(p), prompt_len=len(p)) for p in prompts]
     for slot, r in enumerate(requests):
         driver.add(r, slot)
-    top5 = [[row.topk(5).indices.tolist()] for row in driver.prefill(requests)]
+    steps = [[row] for row in driver.prefill(requests)]
     for _ in range(DEMO_TOKENS - 1):
-        for r, t in zip(requests, top5):
-            r.tokens.append(t[-1][0])
+        for r, rows in zip(requests, steps):
+            r.tokens.append(int(rows[-1].argmax()))
         step = driver.decode()
-        for r, t in zip(requests, top5):
-            t.append(step[r.slot].topk(5).indices.tolist())
-    for r, t in zip(requests, top5):
-        r.tokens.append(t[-1][0])
+        for r, rows in zip(requests, steps):
+            rows.append(step[r.slot])
+    for r, rows in zip(requests, steps):
+        r.tokens.append(int(rows[-1].argmax()))
     with torch.no_grad():
-        for prompt, r, ours_top5 in zip(DEMO_PROMPTS, requests, top5):
+        for prompt, r, our_rows in zip(DEMO_PROMPTS, requests, steps):
             out = hf.generate(torch.tensor([r.tokens[: r.prompt_len]]), max_new_tokens=DEMO_TOKENS, do_sample=False,
                               output_scores=True, return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
             theirs = out.sequences[0, r.prompt_len:].tolist()
-            their_top5 = [scores[0].topk(5).indices.tolist() for scores in out.scores]
             ours = r.tokens[r.prompt_len:]
-            same = _closeness(ours, theirs, ours_top5, their_top5)
+            their_rows = [scores[0] for scores in out.scores]
+            same = identical_prefix(ours, theirs, [row.topk(5).indices.tolist() for row in our_rows],
+                                    [top5(row) for row in their_rows], noise(our_rows, their_rows))
             print(f"\n{prompt!r}: {same}/{DEMO_TOKENS} tokens as HF: {tokenizer.decode(ours)!r}")

@@ -2,8 +2,9 @@
 
 The 30 s two-speaker call shipped in the pyannote.audio wheel, whole and cut into its reference segments,
 runs as one continuously batched set of requests. Transcripts must equal HF's up to the first differing
-token, where ours must be among HF's top 5 there (vLLM's closeness rule; the logit margin is reported), and
-that difference may come no earlier than measured (``MIN_IDENTICAL``);
+token, where ours must be among HF's top 5 there (vLLM's closeness rule) and HF's logit margin between the two
+within the noise of the two sides' logits there (where that first difference comes depends on the CPU's kernels:
+tests/closeness.py);
 word error rates of both against the reference transcript are reported for both profiles, and ours may not
 exceed HF's by more than 2 points.
 ``bench/whisper_speech_accuracy.py`` sets these differences beside HF's own bf16 runs.
@@ -13,17 +14,14 @@ import pytest
 import torch
 from transformers import WhisperForConditionalGeneration as HFWhisper
 
+from tests.closeness import noise
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.audio import speech_sample, word_error_rate
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.numerics]
 BLOCK, MAX_TOKENS = 64, 160
-# Tokens a clip shares with HF's transcript before the first difference, as measured; clips not listed match HF's
-# whole transcript. One fewer where the difference is a near-tie (HF's logit margin there in parentheses).
-MIN_IDENTICAL = {"accuracy": {0: 48, 9: 0},  # 49 (0.006), 0 (0.035): 12/14 transcripts identical
-                 "performance": {0: 23, 5: 3, 9: 0, 12: 14}}  # 23 (0.341), 4 (0.005), 0 (0.035), 14 (0.106): 10/14
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +41,8 @@ def tiny_en():
 
 
 def _transcribe(model, kv, features, checkpoint):
-    """Greedy decoding with Whisper's decoder prompt and suppress-token rules, all clips batched together."""
+    """Greedy decoding with Whisper's decoder prompt and suppress-token rules, all clips batched together: each
+    clip's tokens and the logits they were picked from."""
     config, tokenizer = checkpoint.generation_config, checkpoint.tokenizer
     prompt = tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|notimestamps|>"])
     eos = config.eos_token_id
@@ -53,18 +52,20 @@ def _transcribe(model, kv, features, checkpoint):
                         encoder_len=1500) for f in features]
     for slot, r in enumerate(requests):
         driver.add(r, slot)
+    rows = [[] for _ in requests]
 
-    def pick(logits, step):
+    def pick(i, logits, step):
         logits = logits.clone()
         logits[config.suppress_tokens] = float("-inf")
         if step == 0:
             logits[config.begin_suppress_tokens] = float("-inf")
-        return int(logits.argmax())
+        rows[i].append(logits)
+        requests[i].tokens.append(int(logits.argmax()))
 
-    for r, row in zip(requests, driver.prefill(requests)):
-        r.tokens.append(pick(row, 0))
+    for i, row in enumerate(driver.prefill(requests)):
+        pick(i, row, 0)
     for step in range(1, MAX_TOKENS):
-        running = [r for r in requests if r.slot >= 0 and r.tokens[-1] != eos]
+        running = [i for i, r in enumerate(requests) if r.slot >= 0 and r.tokens[-1] != eos]
         for r in requests:
             if r.slot >= 0 and r.tokens[-1] == eos:
                 driver.remove(r)
@@ -72,16 +73,15 @@ def _transcribe(model, kv, features, checkpoint):
         if not running:
             break
         logits = driver.decode()
-        for r in running:
-            r.tokens.append(pick(logits[r.slot], step))
-    return [r.tokens[r.prompt_len:] for r in requests]
+        for i in running:
+            pick(i, logits[requests[i].slot], step)
+    return [r.tokens[r.prompt_len:] for r in requests], rows
 
 
-def _hf_top5_and_margin(hf, features, prompt, prefix, ours, theirs):
-    """HF's top 5 at the first differing token, and how far our token's logit is below HF's choice."""
+def _hf_logits(hf, features, prompt, prefix):
+    """HF's logits after ``prompt + prefix``."""
     with torch.no_grad():
-        logits = hf(input_features=features[None], decoder_input_ids=torch.tensor([prompt + prefix])).logits[0, -1]
-    return logits.topk(5).indices.tolist(), float(logits[theirs] - logits[ours])
+        return hf(input_features=features[None], decoder_input_ids=torch.tensor([prompt + prefix])).logits[0, -1]
 
 
 @pytest.mark.parametrize("profile", ["accuracy", "performance"])
@@ -94,7 +94,7 @@ def test_transcripts_match_hf(host_device, tiny_en, profile):
     blocks = len(features) * (-(-1500 // BLOCK) + 2)
     kv = model.allocate_kv_cache((blocks, checkpoint.config.decoder_attention_heads, BLOCK, replica.args.head_dim),
                                  torch.bfloat16, replica.n_layers)
-    our_tokens = _transcribe(model, kv, features, checkpoint)
+    our_tokens, our_rows = _transcribe(model, kv, features, checkpoint)
     ours = tokenizer.batch_decode(our_tokens, skip_special_tokens=True)
     hf_texts = tokenizer.batch_decode(hf_tokens, skip_special_tokens=True)
     wer_ours = word_error_rate(references[0], ours[0])
@@ -110,10 +110,11 @@ def test_transcripts_match_hf(host_device, tiny_en, profile):
         if k is None:
             assert a == b, f"clip {i}: one transcript stops early"
             continue
-        top5, margin = _hf_top5_and_margin(hf, features[i], prompt, a[:k], a[k], b[k])
-        print(f"  clip {i} differs at token {k} (HF logit margin {margin:.3f}):\n    ours {ours[i]!r}\n"
-              f"    HF   {hf_texts[i]!r}")
-        assert a[k] in top5, f"clip {i}: token {k} is not among HF's top 5"
-        assert k >= MIN_IDENTICAL[profile].get(i, len(b)), f"clip {i}: differs from HF's transcript at token {k}"
+        logits = _hf_logits(hf, features[i], prompt, a[:k])
+        margin, bound = float(logits[b[k]] - logits[a[k]]), noise([our_rows[i][k]], [logits])(0)
+        print(f"  clip {i} differs at token {k} (HF logit margin {margin:.3f}, bound {bound:.3f}):\n"
+              f"    ours {ours[i]!r}\n    HF   {hf_texts[i]!r}")
+        assert a[k] in logits.topk(5).indices.tolist(), f"clip {i}: token {k} is not among HF's top 5"
+        assert margin < bound, f"clip {i}: token {k} differs where HF's margin is {margin:.3f}"
     # Near-tie flips must not cost words: WER within 2 points of HF's, whole call and segments.
     assert wer_ours <= wer_hf + 0.02 and segment_wer_ours <= segment_wer_hf + 0.02
