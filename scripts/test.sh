@@ -15,9 +15,9 @@
 # "numerics" (greedy tokens and logits compared across summation orders) run a second time with AVX2 kernels
 # (REDUCED_ISA), so a machine with AVX-512 checks what an AVX2-only one computes too (docs/testing.md).
 #
-# The extended group: the tests marked "alone" (deployments of several server processes with time bounds) by
-# themselves, then the "load" tests, while the soak test (one server at light load for minutes, a twentieth of a
-# core) runs beside them.
+# The extended group: the tests marked "alone" (deployments of server processes with time bounds) by themselves,
+# then the "heavy" ones (most of the machine for a minute: 64 streams at once, a 70B layer's weights), while the soak
+# test (one server at light load for minutes, a twentieth of a core) runs beside them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 extended=0
@@ -37,7 +37,7 @@ if [ "$extended" -eq 1 ]; then
   .venv/bin/python -m pytest -m soak -p no:cacheprovider "$@" >"$soak_log" 2>&1 &
   soak_pid=$!
   .venv/bin/python -m pytest -m alone "$@"; record $?
-  .venv/bin/python -m pytest -m load "$@"; record $?
+  .venv/bin/python -m pytest -m heavy "$@"; record $?
   wait "$soak_pid"; soak=$?
   echo "--- the soak test (run beside the others):"
   cat "$soak_log"
@@ -45,8 +45,10 @@ if [ "$extended" -eq 1 ]; then
   record "$soak"
   exit "$status"
 fi
-.venv/bin/python -m pytest "${workers[@]}" -m "not alone and not soak and not load" --durations=20 "$@"; record $?
+.venv/bin/python -m pytest "${workers[@]}" -m "not alone and not soak and not heavy" --durations=20 "$@"; record $?
 echo "--- the numerics-sensitive tests again, on AVX2 kernels (${REDUCED_ISA[*]}):"
-env "${REDUCED_ISA[@]}" .venv/bin/python -m pytest "${workers[@]}" -m "numerics and not alone and not soak and not load" \
-  "$@"; record $?
+# Only their files are collected (a worker's 6 s), unless the arguments name tests: then theirs.
+mapfile -t numerics < <(grep -rl "pytest.mark.numerics" tests)
+for arg in "$@"; do [ -e "${arg%%::*}" ] && numerics=() && break; done
+env "${REDUCED_ISA[@]}" .venv/bin/python -m pytest "${workers[@]}" -m numerics "${numerics[@]}" "$@"; record $?
 exit "$status"

@@ -293,7 +293,6 @@ TP_MESHES = {"llama": ((1, 4), (1, 8)), "bart": ((1, 4), (1, 8)), "whisper": ((1
              "mllama": ((1, 2), (1, 4))}
 
 
-@pytest.mark.numerics
 @pytest.mark.parametrize(("model", "data_parallel"), TENSOR_PARALLEL_RUNS)
 def test_tensor_parallel_replicas_equal_one_chip(case, solo, data_parallel):
     """A mixed workload on tensor-parallel replicas: chunked prefill under a small budget in a pool small enough to
@@ -317,7 +316,6 @@ def test_tensor_parallel_replicas_equal_one_chip(case, solo, data_parallel):
     _compare_with_solo(f"{chips}-chip replicas", outputs, solo, same_draws=False)
 
 
-@pytest.mark.numerics
 @pytest.mark.parametrize("model", MODELS)
 def test_greedy_agrees_with_hf_generate(case, solo):
     for request_id, (hf_tokens, hf_top5) in case.hf_top5.items():

@@ -20,7 +20,7 @@ from tests.models import board_runs
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.tt.model_config import default_profile
 
-pytestmark = pytest.mark.mock
+pytestmark = [pytest.mark.mock, pytest.mark.heavy]
 NAME, BATCH, PROMPT, BLOCK = "llama-3.1-70b-layer", 32, 128, 32
 DIM, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 8192, 64, 8, 128, 28672, 128256
 # Tied embeddings: the LM head is built from the embedding's host tensor, which saves 2 GB of host memory; the device

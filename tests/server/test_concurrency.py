@@ -12,7 +12,7 @@ import pytest
 
 from tests.server.cases import BART, BART_MAX_TOKENS, BART_PROMPTS, CHATS, LLAMA, MAX_TOKENS, PROMPTS, WHISPER, metric
 
-pytestmark = [pytest.mark.slow, pytest.mark.load]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 CLOSED_MAX_TOKENS = 200  # streams closed early would run long: aborting them is what frees the batch
 

@@ -18,7 +18,7 @@ import pytest
 from tests.server.process import free_port, wait_healthy
 from tt_models.server.shutdown import ABORT_GRACE_S
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "bart-stop"
