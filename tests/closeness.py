@@ -62,3 +62,10 @@ def identical_prefix(ours: Sequence[int], theirs: Sequence[int], our_top5: Seque
             return k
     assert len(ours) == len(theirs), f"identical but for their lengths: {len(ours)} vs {len(theirs)}"
     return len(ours)
+
+
+def rows_agree(ours: Sequence[int], theirs: Sequence[int], our_rows: Sequence[torch.Tensor],
+               their_rows: Sequence[torch.Tensor]) -> int:
+    """:func:`identical_prefix` of two greedy runs whose logits per step are at hand, bounded by their noise."""
+    return identical_prefix(ours, theirs, [row.topk(5).indices.tolist() for row in our_rows],
+                            [top5(row) for row in their_rows], noise(our_rows, their_rows))

@@ -24,7 +24,7 @@ import pytest
 import torch
 from transformers.models.gemma3.modeling_gemma3 import create_masks_for_vision_model, get_block_sequence_ids_for_mask
 
-from tests.closeness import identical_prefix, noise, top5
+from tests.closeness import rows_agree
 from tests.models.gemma3_reference import (
     IMAGE_TOKEN, SLIDING_WINDOW, UNTILED_HEADS, hf_inputs, processed, prompt, tiny_gemma3,
 )
@@ -266,9 +266,7 @@ def test_free_running_greedy_agrees_with_hf_generate(hf, cases, host_device, pro
     for i, (c, rows) in enumerate(zip(cases, our_rows)):
         n = len(c.tokens)
         their_rows = c.logits[n - 1: -1]
-        exact = identical_prefix([int(row.argmax()) for row in rows], c.sequence[n:],
-                                 [row.topk(5).indices.tolist() for row in rows], [top5(row) for row in their_rows],
-                                 noise(rows, their_rows))
+        exact = rows_agree([int(row.argmax()) for row in rows], c.sequence[n:], rows, their_rows)
         print(f"\n{profile} request {i}: {exact}/{NEW_TOKENS} tokens identical to HF generate")
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from tests.closeness import identical_prefix, noise, top5
+from tests.closeness import rows_agree
 from tests.models.hf_reference import pcc, tiny_model
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
@@ -113,6 +113,5 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, model_case, pr
         ours = r.tokens[r.prompt_len:]
         theirs = sequences[i][r.prompt_len:].tolist()
         their_rows = hf_logits[i][r.prompt_len - 1: -1]
-        exact = identical_prefix(ours, theirs, [row.topk(5).indices.tolist() for row in rows],
-                                 [top5(row) for row in their_rows], noise(rows, their_rows))
+        exact = rows_agree(ours, theirs, rows, their_rows)
         print(f"\n{name} {profile} request {i}: {exact}/{NEW_TOKENS} tokens identical to HF generate")

@@ -8,10 +8,10 @@ continuation, every step's logits have PCC >= 0.99 with HF's; free-running greed
 import pytest
 import torch
 
+from tests.closeness import rows_agree
+from tests.models.hf_reference import pcc
 from tests.models.images import random_image
 from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
-from tests.closeness import identical_prefix, noise, top5
-from tests.models.hf_reference import pcc
 from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
 from tests.models.test_mllama_pcc import hf_inputs
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
@@ -110,9 +110,7 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, mllama_case, p
     for i, (r, rows) in enumerate(zip(requests, our_rows)):
         sequence, hf_logits = items[i][2], items[i][3]
         their_rows = hf_logits[r.prompt_len - 1: r.prompt_len - 1 + NEW_TOKENS]
-        exact = identical_prefix(r.tokens[r.prompt_len:], sequence[r.prompt_len:].tolist(),
-                                 [row.topk(5).indices.tolist() for row in rows], [top5(row) for row in their_rows],
-                                 noise(rows, their_rows))
+        exact = rows_agree(r.tokens[r.prompt_len:], sequence[r.prompt_len:].tolist(), rows, their_rows)
         print(f"\nmllama {profile} request {i}: {exact}/{NEW_TOKENS} tokens identical to HF generate")
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import GenerationMixin
 
-from tests.closeness import identical_prefix, noise, top5
+from tests.closeness import rows_agree
 from tests.models.hf_reference import pcc
 from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
 from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
@@ -122,7 +122,5 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, seq2seq_case, 
     for i, (r, rows) in enumerate(zip(requests, our_rows)):
         sequence, hf_logits = items[i][3], items[i][4]
         their_rows = [_suppress(hf_logits[r.prompt_len - 1 + k], k, suppress) for k in range(NEW_TOKENS)]
-        exact = identical_prefix(r.tokens[r.prompt_len:], sequence[r.prompt_len:].tolist(),
-                                 [row.topk(5).indices.tolist() for row in rows], [top5(row) for row in their_rows],
-                                 noise(rows, their_rows))
+        exact = rows_agree(r.tokens[r.prompt_len:], sequence[r.prompt_len:].tolist(), rows, their_rows)
         print(f"\n{name} {profile} request {i}: {exact}/{NEW_TOKENS} tokens identical to HF generate")

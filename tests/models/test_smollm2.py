@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM as HFLlama
 
-from tests.closeness import identical_prefix, noise, top5
+from tests.closeness import rows_agree
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.generator import LlamaForCausalLM
@@ -79,8 +79,7 @@ def test_chat_answers_match_hf(host_device, smollm2, expected, profile):
     for prompt, (ours, our_rows), (theirs, their_rows) in zip(PROMPTS, answers, expected):
         print(f"\n{profile} {prompt!r}: {tokenizer.decode(ours)!r}")
         if profile == "accuracy":
-            same = identical_prefix(ours, theirs[: len(ours)], [row.topk(5).indices.tolist() for row in our_rows],
-                                    [top5(row) for row in their_rows], noise(our_rows, their_rows))
+            same = rows_agree(ours, theirs[: len(ours)], our_rows, their_rows)
             print(f"{same}/{len(ours)} tokens as HF")
     assert "Paris" in tokenizer.decode(answers[0][0])
 
@@ -121,6 +120,5 @@ def test_demo_prompts_at_the_default_precision_stay_close_to_hf(host_device, smo
             theirs = out.sequences[0, r.prompt_len:].tolist()
             ours = r.tokens[r.prompt_len:]
             their_rows = [scores[0] for scores in out.scores]
-            same = identical_prefix(ours, theirs, [row.topk(5).indices.tolist() for row in our_rows],
-                                    [top5(row) for row in their_rows], noise(our_rows, their_rows))
+            same = rows_agree(ours, theirs, our_rows, their_rows)
             print(f"\n{prompt!r}: {same}/{DEMO_TOKENS} tokens as HF: {tokenizer.decode(ours)!r}")

@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwen2Config
 
-from tests.closeness import identical_prefix, noise, top5
+from tests.closeness import rows_agree
 from tests.models import gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl, seq2seq_reference
 from tests.models import test_mllama_contract as mllama_contract
 from tests.models.hf_reference import pcc
@@ -162,8 +162,7 @@ def _check_split(chips, build, driver, requests, items):
     print(f"\n{chips} chips: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert len(scores) == 3 * (NEW_TOKENS + 1) and min(scores) >= 0.99
     (ours, our_rows), (single, single_rows) = greedy[chips], greedy[1]
-    identical = sum(identical_prefix(a, b, [top5(row) for row in ra], [top5(row) for row in rb], noise(ra, rb))
-                    for a, b, ra, rb in zip(ours, single, our_rows, single_rows))
+    identical = sum(rows_agree(a, b, ra, rb) for a, b, ra, rb in zip(ours, single, our_rows, single_rows))
     print(f"greedy tokens identical to one chip: {identical} of {2 * NEW_TOKENS}")
 
 
