@@ -68,8 +68,8 @@ def from_torch(tensor: torch.Tensor | None, dtype: DataType | None = None, *, sp
           f"{dtype.name} is a tile format: it needs layout=TILE_LAYOUT")
     if memory_config is not None and device is None:
         raise TTFatal("from_torch: memory_config given without a device")
-    if dtype in (DataType.UINT32, DataType.UINT16, DataType.UINT8) and not tensor.is_floating_point() \
-            and tensor.dtype.is_signed:  # (torch has no `<` for uint32, whose values are never negative)
+    signed_integers = not tensor.is_floating_point() and tensor.dtype.is_signed  # (torch.uint32 has no `<`)
+    if dtype in (DataType.UINT32, DataType.UINT16, DataType.UINT8) and signed_integers:
         check(not bool((tensor < 0).any()), "from_torch", f"negative values cannot be stored as {dtype.name}")
     if device is not None:
         _check_not_capturing("from_torch")
