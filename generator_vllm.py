@@ -13,8 +13,9 @@ from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration as 
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration as Qwen2_5_VLGenerator
-from tt_models.models.whisper.generator import WhisperForConditionalGeneration
+from tt_models.models.whisper.generator import WhisperForConditionalGeneration as WhisperGenerator
 from tt_models.vllm.multimodal import Gemma3MultiModal, Qwen2_5_VLMultiModal, register_gemma3, register_qwen2_5_vl
+from tt_models.vllm.whisper import WhisperTranscription, register_whisper
 
 
 @register_gemma3
@@ -26,6 +27,12 @@ class Gemma3ForConditionalGeneration(Gemma3Generator, Gemma3MultiModal):
 class Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLGenerator, Qwen2_5_VLMultiModal):
     """Qwen2.5-VL with vLLM's Qwen2.5-VL processor: image prompts reach ``prefill_forward`` as ``pixel_values`` and
     ``image_grid_thw``."""
+
+
+@register_whisper
+class WhisperForConditionalGeneration(WhisperGenerator, WhisperTranscription):
+    """Whisper with vLLM's Whisper processor and transcription surface: served by ``vllm serve`` with tt-models'
+    encoder-decoder worker (docs/vllm.md), audio reaching ``prefill_forward`` as ``input_features``."""
 
 
 __all__ = [

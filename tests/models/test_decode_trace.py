@@ -180,6 +180,6 @@ def test_padding_rows_position_ids_stay_in_the_table(host_device):
                              kv_cache=kv, enable_trace=True, **cross)
     for _ in range(BLOCK + 8):
         model.decode_forward(tokens=tokens, start_pos=idle, page_table=table, kv_cache=kv, enable_trace=True,
-                             **model.padding_decode_inputs(MAX_BATCH))
+                             **model.padding_decode_inputs(MAX_BATCH, 1))
     traces = model.traces
     assert (traces.copies["position_ids"], traces.skipped["position_ids"]) == (1 + BLOCK + 8, BLOCK - 1)

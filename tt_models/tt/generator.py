@@ -243,10 +243,12 @@ class Generator(VllmModelInterface):
             self.decode_forward(tokens=torch.zeros(rows, 1, dtype=torch.int32), start_pos=torch.full((rows,), -1),
                                 page_table=torch.zeros(rows, num_blocks or 1, dtype=torch.int32), kv_cache=kv_cache,
                                 enable_trace=enable_trace, sampling_params=sampling_params,
-                                **self.padding_decode_inputs(rows))
+                                **self.padding_decode_inputs(rows, num_blocks or 1))
 
-    def padding_decode_inputs(self, rows: int) -> dict[str, torch.Tensor]:
-        """Further decode arguments of ``rows`` padding rows (encoder-decoder models: their cross inputs)."""
+    def padding_decode_inputs(self, rows: int, table_width: int) -> dict[str, torch.Tensor]:
+        """Further decode arguments of ``rows`` padding rows (encoder-decoder models: their cross inputs), tables
+        ``table_width`` blocks wide (TT vLLM's runner passes every table at that width, so a trace captured at
+        warm-up replays while serving)."""
         return {}
 
     def replica_of_slot(self, slot: int) -> int:

@@ -69,6 +69,12 @@ class Seq2SeqGenerator(Generator):
                                    optimizations=optimizations)
 
     @classmethod
+    def get_max_tokens_all_users(cls, *, max_model_len: int = 448, max_num_seqs: int = 32, **kwargs: Any) -> int:
+        """KV tokens for every user at full length: its decoder tokens and, in its cross blocks, the longest
+        encoder's positions."""
+        return (max_model_len + cls.max_cross_attn_tokens) * max_num_seqs
+
+    @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
                         tt_data_parallel: int = 1, optimizations: str | None = None,
                         max_seq_len: int | None = None) -> "Seq2SeqGenerator":
@@ -150,8 +156,8 @@ class Seq2SeqGenerator(Generator):
                                       torch.full((1,), -1, dtype=torch.int32), torch.zeros_like(unwritten), length,
                                       cache)
 
-    def padding_decode_inputs(self, rows: int) -> dict[str, torch.Tensor]:
-        return {"cross_page_table": torch.zeros(rows, 1, dtype=torch.int32),
+    def padding_decode_inputs(self, rows: int, table_width: int) -> dict[str, torch.Tensor]:
+        return {"cross_page_table": torch.zeros(rows, table_width, dtype=torch.int32),
                 "encoder_lens": torch.zeros(rows, dtype=torch.int32)}
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,

@@ -187,8 +187,8 @@ class MllamaForConditionalGeneration(Generator):
             raise ValueError(f"{len(values)} decode masks for a batch of {self.max_batch_size}")
         return values + [None] * (self.max_batch_size - len(values))
 
-    def padding_decode_inputs(self, rows: int) -> dict[str, Any]:
-        return {"cross_page_table": torch.zeros(rows, 1, dtype=torch.int32)}
+    def padding_decode_inputs(self, rows: int, table_width: int) -> dict[str, Any]:
+        return {"cross_page_table": torch.zeros(rows, table_width, dtype=torch.int32)}
 
     def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
                              **kwargs: Any) -> None:
