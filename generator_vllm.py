@@ -4,18 +4,32 @@ Each class is named after the HF architecture it serves and implements the TT vL
 the encoder-decoder classes implement its cross-attention extension, Llama 3.2 Vision the design's
 image+text contract, and Qwen2.5-VL and Gemma 3 the plugin's V1 image path (see docs/contract.md and
 docs/images.md).
-Qwen2.5-VL and Gemma 3 are served here as vLLM's multimodal models: their classes with vLLM's processors registered
-(importing vLLM, which tt-models' own engine, using the model packages' classes, never does).
+Qwen2.5-VL, Gemma 3, Whisper, BART and MBart are served here as vLLM's multimodal models: their classes with vLLM's
+processors (BART's and MBart's: tt_models.vllm.bart) registered (importing vLLM, which tt-models' own engine, using
+the model packages' classes, never does).
 """
 
-from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
+from tt_models.models.bart.generator import BartForConditionalGeneration as BartGenerator
+from tt_models.models.bart.generator import MBartForConditionalGeneration as MBartGenerator
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration as Gemma3Generator
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration as Qwen2_5_VLGenerator
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration as WhisperGenerator
+from tt_models.vllm.bart import BartTextToText, register_bart
 from tt_models.vllm.multimodal import Gemma3MultiModal, Qwen2_5_VLMultiModal, register_gemma3, register_qwen2_5_vl
 from tt_models.vllm.whisper import WhisperTranscription, register_whisper
+
+
+@register_bart
+class BartForConditionalGeneration(BartGenerator, BartTextToText):
+    """BART with tt-models' text processor for vLLM (tt_models.vllm.bart): served with tt-models' encoder-decoder
+    worker, the encoder prompt reaching ``prefill_forward`` as ``input_ids``."""
+
+
+@register_bart
+class MBartForConditionalGeneration(MBartGenerator, BartTextToText):
+    """MBart, served as :class:`BartForConditionalGeneration` is."""
 
 
 @register_gemma3

@@ -60,13 +60,14 @@ def count_decodes(model: Any) -> dict[str, int]:
 def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int, max_num_seqs: int,
          max_model_len: int, import_worker_first: bool = False, mesh_devices: Sequence[str] = (),
          additional_config: dict[str, Any] | None = None, async_scheduling: bool = False,
-         env: dict[str, str | None] | None = None) -> dict[str, Any]:
+         env: dict[str, str | None] | None = None, worker_cls: str = "auto") -> dict[str, Any]:
     """Greedy tokens of ``prompts`` from ``vllm.LLM``; with ``import_worker_first`` the plugin's worker module is
     imported before vLLM loads its general plugins (tt-models then patches it at once instead of on import).
     An in-process engine also reports its device, what was replaced, the shapes of ``mesh_devices`` and the
     model's decode calls (``decode_forward``, traced ones, ``execute_trace``). ``async_scheduling``: vLLM's, which
     turns on the plugin's async decode. ``env``: variables set (None: removed) before the engine starts, e.g. the
-    ``MESH_DEVICE`` the plugin's worker reads when it opens the device."""
+    ``MESH_DEVICE`` the plugin's worker reads when it opens the device. ``worker_cls``: vLLM's ``--worker-cls``
+    (``auto``: the platform's, the plugin's worker)."""
     import os
 
     for name, value in (env or {}).items():
@@ -82,7 +83,8 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
 
     start = time.monotonic()
     llm = LLM(model=model, block_size=block_size, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-              skip_tokenizer_init=True, additional_config=additional_config or {}, async_scheduling=async_scheduling)
+              skip_tokenizer_init=True, additional_config=additional_config or {}, async_scheduling=async_scheduling,
+              worker_cls=worker_cls)
     started = time.monotonic()
     executor = getattr(llm.llm_engine, "model_executor", None)  # only for an in-process engine core
     generator = executor.driver_worker.worker.model_runner.model if executor is not None else None
@@ -103,6 +105,7 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
         report["device"] = {"type": f"{type(device).__module__}.{type(device).__name__}",
                             "shape": list(device.shape)}
         report["kv_cache_shape"] = list(worker.model_runner.kv_caches[0][0][0].shape)  # one chip's, layer 0's K
+        report["worker"] = type(worker).__qualname__
         report["chips_per_replica"] = [d.get_num_devices() for d in generator.devices]
         report["replaced"] = replaced_in_worker()
         report["mesh_shapes"] = mesh_shapes(list(mesh_devices))

@@ -35,6 +35,7 @@ from tests.vllm.plugin_scenario import MARKER, RUN_MARKER
 from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import mock
+from tt_models.vllm import ENCODER_DECODER_WORKER
 
 pytestmark = pytest.mark.slow
 SCENARIO = Path(__file__).with_name("plugin_scenario.py")
@@ -208,13 +209,16 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
                              "mesh_devices": list(MESHES)}],
              "t3k": [{"model": str(tmp / "tp-llama"), "env": {"MESH_DEVICE": "T3K"}}],
              "traced": [{**run, "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
-                         "async_scheduling": True} for run in traced]}
+                         "async_scheduling": True} for run in traced],
+             "encoder_decoder_worker": [{**traced[0], "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
+                                         "async_scheduling": True, "worker_cls": ENCODER_DECODER_WORKER}]}
     references: dict[str, list[list[list[int]]]] = {}
 
     def meanwhile() -> None:
         references["in_process"] = [request.getfixturevalue("reference")]
         references["t3k"] = [_reference(tmp / "tp-llama", PROMPTS, SIZES["max_tokens"], mesh_shape=(1, 8))]
         references["traced"] = [_reference(Path(r["model"]), r["prompts"], r["max_tokens"]) for r in traced]
+        references["encoder_decoder_worker"] = references["traced"][:1]
 
     runs = [run for part in parts.values() for run in part]
     reports, stdout, stderr = serve(model_dir, tmp, vllm_cache, IN_PROCESS_ENV, timeout=1500, models=runs,
@@ -282,6 +286,17 @@ def test_traced_decode_with_device_sampling(in_process_runs: dict[str, Any]) -> 
         assert decodes["traced"] == decodes["sampling_params"] == decodes["execute_trace"] == decodes["decode_forward"]
         assert decodes["captured_at_warmup"] == 3 and decodes["captured_while_serving"] == 0, decodes
         assert decodes["reset_batch_false"] > 0, decodes
+
+
+def test_encoder_decoder_worker_leaves_decoder_only_models_to_the_plugin(in_process_runs: dict[str, Any]) -> None:
+    """tt-models' encoder-decoder worker (``--worker-cls``) serving a decoder-only model is the plugin's worker: the
+    traced, device-sampled, async run of the tiny Llama gives ``tt_models.LLM``'s tokens, with the plugin's decode
+    path as in the run without it."""
+    _, [report], [log], stderr, [reference] = in_process_runs["encoder_decoder_worker"]
+    _, [plugin_report, *_], _, _, _ = in_process_runs["traced"]
+    check_run(report, log, stderr, reference, mesh="1x1")
+    assert report["worker"] == "TTEncoderDecoderWorker" and plugin_report["worker"] == "TTWorker"
+    assert report["decodes"] == plugin_report["decodes"]
 
 
 def test_decode_as_one_token_prefill_with_device_sampling(model_dir: Path, reference: list[list[int]],

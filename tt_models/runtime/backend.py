@@ -116,11 +116,18 @@ def _uses_fabric(backend: str, num_chips: int) -> bool:
 
 
 def backend_of(device: Any) -> str:
-    """The backend name a device was opened with."""
+    """The backend name a device was opened with. A device opened elsewhere (TT vLLM's worker opens its mesh with the
+    real ttnn) or a submesh is the host backend's if it is a host device, else the real ttnn's on a mock cluster when
+    ``TT_METAL_MOCK_CLUSTER_DESC_PATH`` is set (tt-metal then opens nothing but mock devices), else on TT hardware."""
     for dev, backend, _ in _open:
         if dev is device:
             return backend
-    raise ValueError(f"{device!r} is not an open tt_models device")
+    from tt_models.runtime import host
+    from tt_models.runtime.mock import MOCK_ENV_VAR
+
+    if isinstance(device, host.MeshDevice):
+        return "host"
+    return "mock" if os.environ.get(MOCK_ENV_VAR) else "ttnn"
 
 
 def active_api() -> ModuleType:

@@ -109,14 +109,9 @@ class Generator(VllmModelInterface):
         return generator
 
     def replica_backend(self, device: Any) -> str:
-        """The backend of a replica's device: a submesh of a data-parallel mesh was not opened itself, its mesh
-        was."""
-        try:
-            return backend_of(device)
-        except ValueError:
-            if self.mesh_device is None or self.mesh_device is device:
-                raise
-            return backend_of(self.mesh_device)
+        """The backend of a replica's device: that of the mesh it was split from (a submesh was not opened
+        itself)."""
+        return backend_of(self.mesh_device if self.mesh_device is not None else device)
 
     @classmethod
     def get_max_tokens_all_users(cls, *, max_model_len: int = 4096, max_num_seqs: int = 32, **kwargs: Any) -> int:

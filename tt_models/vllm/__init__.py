@@ -9,7 +9,11 @@ from tt_models.vllm.host_device import use_host_device_if_requested
 from tt_models.vllm.interface import VllmModelInterface
 from tt_models.vllm.registry import register_tt_models
 
-__all__ = ["VllmModelInterface", "general_plugin", "register_tt_models", "use_host_device_if_requested"]
+__all__ = ["ENCODER_DECODER_WORKER", "VllmModelInterface", "general_plugin", "register_tt_models",
+           "use_host_device_if_requested"]
+
+# ``vllm serve --worker-cls`` for tt-models' encoder-decoder classes (the module imports vLLM and the plugin).
+ENCODER_DECODER_WORKER = "tt_models.vllm.encoder_decoder_worker.TTEncoderDecoderWorker"
 
 
 def general_plugin() -> None:

@@ -14,7 +14,9 @@ decoder-only in a few places (``../shared/research/encdec_vllm.md``); this subcl
 - every step's ``cross_page_table`` and ``encoder_lens`` (padding rows 0), prefill's ``encoder_inputs`` (the
   request's features on its first step, else None) through the model input's ``multi_modal_kwargs``, which
   ``submit_prefill`` forwards as they are; decode through :class:`CrossInputsDecodeController`;
-- the tasks: ``transcription`` for a transcription class.
+- the tasks: ``transcription`` for a transcription class;
+- the generation config's token rules (Whisper's suppressed tokens) applied as tt-models' engine applies them
+  (:mod:`tt_models.vllm.generation_rules`), sampling on the host for such a model.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from vllm.model_executor.models.interfaces import supports_transcription
 from vllm.tasks import GenerationTask
 from vllm.utils.math_utils import cdiv
 from vllm.v1.kv_cache_interface import CrossAttentionSpec, FullAttentionSpec, KVCacheConfig
+from vllm.v1.sample.logits_processor import LogitsProcessors
 from vllm_tt_plugin.async_decode import TTAsyncDecodeController, TTDecodeSubmission
 from vllm_tt_plugin.config import get_tt_data_parallel_size
 from vllm_tt_plugin.input_batch import InputBatch
 from vllm_tt_plugin.model_input import TTModelInput
 from vllm_tt_plugin.model_runner import TTModelRunner
+
+from tt_models.vllm.generation_rules import GenerationConfigRules, generation_rules
 
 # The class's encoder input (``encoder_input_key``) -> the field of vLLM's multimodal item holding it.
 VLLM_ENCODER_FIELDS = {"input_features": "input_features", "input_ids": "encoder_input_ids"}
@@ -49,6 +54,15 @@ class TTEncoderDecoderModelRunner(TTModelRunner):
         with _constructed_as_decoder_only(vllm_config.model_config):
             super().__init__(vllm_config, **kwargs)
         self.async_decode = CrossInputsDecodeController(self)
+        self.has_generation_rules = any(generation_rules(vllm_config))
+        if self.has_generation_rules:
+            rules = GenerationConfigRules(vllm_config, torch.device("cpu"), is_pin_memory=False)
+            self._host_logitsprocs = LogitsProcessors([*self._host_logitsprocs.all, rules])
+
+    def check_perform_device_sampling(self, is_decode: bool, has_structured_outputs: bool) -> bool:
+        """On the host where the generation config has token rules (Whisper), which device sampling would skip."""
+        return not self.has_generation_rules and super().check_perform_device_sampling(is_decode,
+                                                                                        has_structured_outputs)
 
     def get_supported_generation_tasks(self) -> list[GenerationTask]:
         model_cls = type(self.model)

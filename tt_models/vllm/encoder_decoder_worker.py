@@ -6,7 +6,8 @@ builds :class:`~tt_models.vllm.encoder_decoder_runner.TTEncoderDecoderModelRunne
 (which refuses them) and gives vLLM the KV layout of the contract's paged cross-attention: per decoder layer ``j``
 a self-attention layer ``model.decoder.layers.j.self_attn`` and a cross-attention layer
 ``model.decoder.layers.j.encoder_attn`` of the same page size, which vLLM's hybrid KV cache manager (the TT
-platform enables it) puts in two groups sharing one tensor per layer, from one block pool.
+platform enables it) puts in two groups sharing one tensor per layer, from one block pool;
+``--num-gpu-blocks-override`` may make that pool smaller than the plugin sizes it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from vllm_tt_plugin.platform import TTPlatform
 from vllm_tt_plugin.worker import TTWorker
 
 from tt_models.vllm.encoder_decoder_runner import TTEncoderDecoderModelRunner
-
-WORKER_CLS = f"{__name__}.TTEncoderDecoderWorker"
 
 
 class TTEncoderDecoderWorker(TTWorker):
@@ -40,6 +39,19 @@ class TTEncoderDecoderWorker(TTWorker):
         self.model_runner = TTEncoderDecoderModelRunner(
             vllm_config=self.vllm_config, mesh_device=self.mesh_device, trace_mode=self.trace_mode,
             enable_model_warmup=self.enable_model_warmup, num_devices=self.num_devices)
+
+    def determine_available_memory(self) -> int:
+        """The plugin's pool (every user at full length: decoder tokens and the longest encoder's cross blocks), or a
+        smaller one of ``--num-gpu-blocks-override`` blocks (which the plugin's worker overwrites): room for fewer
+        users at full length, the scheduler preempting when the pool runs out."""
+        requested = self.cache_config.num_gpu_blocks_override
+        available = super().determine_available_memory()
+        if not self.model_config.is_encoder_decoder or requested is None \
+                or requested >= self.cache_config.num_gpu_blocks_override:
+            return available
+        self.cache_config.num_gpu_blocks_override = requested
+        return plugin_worker._available_kv_cache_memory_bytes_for_num_blocks(self.vllm_config,
+                                                                             self.get_kv_cache_spec(), requested)
 
     def get_kv_cache_spec(self) -> dict[str, KVCacheSpec]:
         if not self.model_config.is_encoder_decoder:

