@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -277,3 +278,17 @@ def test_mock_n150_validates_whisper_through_the_worker(checkpoints: dict[str, P
     assert report["device"].startswith("ttnn") and report["mesh"] == [1, 1], report["device"]
     assert [len(tokens) for tokens in report["tokens"]] == [3, 3]
     check_decodes(report, len(wavs))
+
+
+def test_lane_data_parallel_is_refused_by_name() -> None:
+    """The plugin's lane data parallel (several replicas in one engine, its own input builder) is refused before the
+    runner is built, naming what works instead."""
+    from vllm_tt_plugin.config import store_tt_lane_count
+
+    from tt_models.vllm.encoder_decoder_runner import TTEncoderDecoderModelRunner
+
+    config = SimpleNamespace(parallel_config=SimpleNamespace(data_parallel_size=1), additional_config={})
+    store_tt_lane_count(config, 2)
+    with pytest.raises(ValueError, match="lane data parallel.*--data-parallel-size"):
+        TTEncoderDecoderModelRunner(config, mesh_device=None, trace_mode="all", enable_model_warmup=True,
+                                    num_devices=2)
