@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +29,7 @@ import soundfile
 from tests.speech.clips import SAMPLE_RATE, espeak_wavs
 from tests.vllm.whisper_scenario import MARKER
 from tests.vllm.test_plugin_examples import running_servers
+from tests.vllm.vllm_server import VLLM, client, metrics
 from tests.vllm.whisper_checkpoint import write_whisper_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.audio import load_audio, speech_sample
@@ -39,7 +39,6 @@ from tt_models.vllm import ENCODER_DECODER_WORKER
 
 pytestmark = pytest.mark.slow
 SIZES = {"max_num_seqs": 16, "block_size": 64, "max_model_len": 448}
-VLLM = str(Path(sys.executable).with_name("vllm"))
 
 
 def wav_bytes(audio: np.ndarray) -> bytes:
@@ -65,20 +64,14 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {alias: write_whisper_checkpoint(parent, alias) for alias in ("whisper-tiny.en", "whisper-base")}
 
 
-def own_transcripts(model_dir: Path, clips: dict[str, np.ndarray], decoder_prompt: str | None = None) -> list[str]:
+def transcripts(llm: LLM, audios: list[np.ndarray], decoder_prompts: list[str] | None = None) -> list[str]:
     """tt-models' engine, greedy, up to the context as vLLM's transcription defaults to; its default decoder prompt
     unless one is given."""
-    with LLM(str(model_dir), backend="host", **SIZES) as llm:
-        prompts = [{"prompt": decoder_prompt or "", "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
-                   for audio in clips.values()]
-        outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=SIZES["max_model_len"] - 4),
-                               use_tqdm=False)
+    prompts = [{"prompt": prompt, "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
+               for audio, prompt in zip(audios, decoder_prompts or [""] * len(audios))]
+    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=SIZES["max_model_len"] - 4),
+                           use_tqdm=False)
     return [output.outputs[0].text for output in outputs]
-
-
-def own_language(model_dir: Path, audio: np.ndarray) -> str:
-    with LLM(str(model_dir), backend="host", **SIZES) as llm:
-        return detect_language(llm, [audio])[0].language
 
 
 @pytest.fixture(scope="module")
@@ -93,30 +86,19 @@ def servers(checkpoints: dict[str, Path], clips: dict[str, np.ndarray], tmp_path
     references: dict[str, Any] = {}
 
     def meanwhile() -> None:
-        tiny, base = checkpoints["whisper-tiny.en"], checkpoints["whisper-base"]
-        german = {"de": clips["espeak-de"]}
-        references["tiny"] = own_transcripts(tiny, clips)
-        references["base-de"] = own_transcripts(base, german, "<|startoftranscript|><|de|><|transcribe|>"
-                                                              "<|notimestamps|>")[0]
-        references["base-translate"] = own_transcripts(base, german, "<|startoftranscript|><|de|><|translate|>"
-                                                                     "<|notimestamps|>")[0]
-        references["base-language"] = own_language(base, clips["espeak-de"])
+        with LLM(str(checkpoints["whisper-tiny.en"]), backend="host", **SIZES) as llm:
+            references["tiny"] = transcripts(llm, list(clips.values()))
+        german = clips["espeak-de"]
+        with LLM(str(checkpoints["whisper-base"]), backend="host", **SIZES) as llm:
+            references["base-language"] = detect_language(llm, [german])[0].language
+            references["base-de"], references["base-translate"] = transcripts(
+                llm, [german, german], [f"<|startoftranscript|><|de|><|{task}|><|notimestamps|>"
+                                        for task in ("transcribe", "translate")])
 
     with running_servers(*commands, meanwhile=meanwhile) as urls:
         yield {"urls": dict(zip(checkpoints, urls)), "logs": {alias: log for alias, (_, _, log)
                                                                 in zip(checkpoints, commands)},
                "references": references, "checkpoints": checkpoints}
-
-
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
-
-
-def metrics(url: str) -> dict[str, float]:
-    """vLLM's Prometheus gauges of the engine, by name."""
-    text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
-    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith("vllm:") and "{" in line and ("_perc" in line or "num_requests_" in line)}
 
 
 def test_tiny_en_transcripts_equal_the_engines_16_at_once(servers: dict[str, Any],
