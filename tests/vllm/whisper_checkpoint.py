@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
+from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 from tt_models.checkpoints import load_hf_checkpoint
 
@@ -23,4 +25,22 @@ def write_whisper_checkpoint(parent: Path, alias: str) -> Path:
     checkpoint.processor.save_pretrained(path)
     state = {k: v.contiguous() for k, v in checkpoint.state_dict.items() if k != "proj_out.weight"}  # tied
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def write_distil_shaped_checkpoint(parent: Path) -> Path:
+    """A tiny random multilingual Whisper shaped like distil-whisper (a decoder of 2 layers under an encoder of 4)
+    with whisper-base's processor and generation config: real prompts and rules, random tokens."""
+    path = parent / "tiny-distil-whisper"
+    if (path / "config.json").exists():
+        return path
+    base = load_hf_checkpoint("whisper-base")
+    config = WhisperConfig(vocab_size=base.config.vocab_size, d_model=128, encoder_layers=4, decoder_layers=2,
+                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256,
+                           decoder_ffn_dim=256, num_mel_bins=80, max_source_positions=1500, max_target_positions=448,
+                           architectures=["WhisperForConditionalGeneration"])
+    torch.manual_seed(0)
+    WhisperForConditionalGeneration(config).save_pretrained(path)
+    base.generation_config.save_pretrained(path)
+    base.processor.save_pretrained(path)
     return path

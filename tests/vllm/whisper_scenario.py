@@ -32,7 +32,8 @@ def record_decodes(model: Any) -> list[dict[str, Any]]:
 
 
 def main(model: str, wavs: list[str], max_tokens: int, block_size: int, max_num_seqs: int, max_model_len: int,
-         worker_cls: str, ignore_eos: bool = False, sweep: tuple[str, ...] = ()) -> dict[str, Any]:
+         worker_cls: str, ignore_eos: bool = False, sweep: tuple[str, ...] = (),
+         decoder_prompt: str = "<|startoftranscript|><|notimestamps|>") -> dict[str, Any]:
     """``wavs`` transcribed in one batch, then the clips of ``sweep`` one at a time (TT's offline example's
     ``--test_increasing_seq_lens``, for audio lengths)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -51,7 +52,7 @@ def main(model: str, wavs: list[str], max_tokens: int, block_size: int, max_num_
 
     def transcribe(clips: list[str]) -> list[list[int]]:
         prompts = [{"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (load_audio(wav), 16000)}},
-                    "decoder_prompt": "<|startoftranscript|><|notimestamps|>"} for wav in clips]
+                    "decoder_prompt": decoder_prompt} for wav in clips]
         return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
     tokens = transcribe(wavs)
@@ -59,7 +60,8 @@ def main(model: str, wavs: list[str], max_tokens: int, block_size: int, max_num_
     device = worker.mesh_device
     return {"tokens": tokens, "sweep": swept,
             "device": f"{type(device).__module__}.{type(device).__name__}", "mesh": list(device.shape),
-            "kv_cache_shape": list(worker.model_runner.kv_caches[0][0][0].shape), "decodes": calls,
+            "kv_cache_shape": list(worker.model_runner.kv_caches[0][0][0].shape),
+            "kv_layers": len(worker.model_runner.kv_caches[0]), "decodes": calls,
             "captured_while_serving": len(worker.model_runner.model.traces.captures) - captured,
             "startup_s": round(started - start, 1), "generate_s": round(time.monotonic() - started, 1)}
 

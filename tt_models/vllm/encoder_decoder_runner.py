@@ -94,21 +94,21 @@ class TTEncoderDecoderModelRunner(TTModelRunner):
 
     def _gather_multi_modal_inputs(self, req_indices: list[int] | None = None) -> dict[str, Any]:
         """Prefill's ``encoder_inputs``: each row's encoder input (``input_features`` or BART's
-        ``encoder_input_ids`` as ``input_ids``) while its features are scheduled, i.e. on the request's first step;
-        None when its cross K/V is already in its cross blocks."""
+        ``encoder_input_ids`` as ``input_ids``) on the request's first step (new, or recomputed after a preemption,
+        which freed its cross blocks); None when its cross K/V is already in its cross blocks."""
         rows = range(self.input_batch.num_reqs) if req_indices is None else req_indices
+        key = self.model.encoder_input_key
         encoder_inputs = []
         for row in rows:
             state = self.requests[self.input_batch.req_ids[row]]
-            features = [feature.data for feature in state.mm_features if feature.data is not None]
-            if state.num_computed_tokens > 0 or not features:
+            if state.num_computed_tokens > 0:
                 encoder_inputs.append(None)
                 continue
-            if len(features) != 1:
-                raise ValueError(f"request {state.req_id}: {len(features)} encoder inputs; an encoder-decoder "
-                                 "request has one")
-            key = self.model.encoder_input_key
-            encoder_inputs.append({key: features[0][VLLM_ENCODER_FIELDS[key]].data})
+            # Missing data would leave the row attending whatever its cross blocks held: fail loudly instead.
+            if len(state.mm_features) != 1 or state.mm_features[0].data is None:
+                raise RuntimeError(f"request {state.req_id}: {len(state.mm_features)} encoder inputs reached the "
+                                   "runner (with data); an encoder-decoder request's first step needs exactly one")
+            encoder_inputs.append({key: state.mm_features[0].data[VLLM_ENCODER_FIELDS[key]].data})
         return {"encoder_inputs": encoder_inputs}
 
     def _prepare_model_inputs(self, scheduler_output: Any, grammar_output: Any) -> TTModelInput:
