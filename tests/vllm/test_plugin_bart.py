@@ -27,13 +27,8 @@ does, so every encoder length is chosen exactly.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,12 +40,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (BartConfig, BartForConditionalGeneration, MBartConfig, MBartForConditionalGeneration,
                           PreTrainedTokenizerFast)
 
-from tests.vllm.bart_scenario import MARKER
 from tests.vllm.test_plugin_examples import running_servers
+from tests.vllm.scenario_process import run_scenario
 from tests.vllm.test_plugin_host import inspected
 from tests.vllm.vllm_server import VLLM, client, metrics
 from tt_models import LLM, SamplingParams
-from tt_models.runtime import mock
 from tt_models.vllm import ENCODER_DECODER_WORKER as WORKER_CLS
 
 pytestmark = pytest.mark.slow
@@ -134,35 +128,6 @@ def references(checkpoints: dict[str, Path]) -> dict[str, dict[str, list[list[in
     return found
 
 
-def serve(runs: list[dict[str, Any]], workdir: Path, cache: Path,
-          meanwhile: Callable[[], Any]) -> tuple[list[dict[str, Any]], str]:
-    """bart_scenario.py's reports of ``runs`` and its stderr; ``meanwhile`` (our side) is called here while its
-    process runs. The engines run in that process (one after the other), no mock cluster (this suite's conftest sets
-    one)."""
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
-    environ |= {"TT_MODELS_BACKEND": "host", "MESH_DEVICE": "N150", "VLLM_CACHE_ROOT": str(cache),
-                "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
-    arguments = json.dumps({"runs": runs, "worker_cls": WORKER_CLS, **SIZES})
-    # Files, not pipes: a log longer than a pipe's buffer would stop vLLM until ``meanwhile`` returned.
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ, stdout=out,
-                              stderr=err, text=True) as process:
-            try:
-                meanwhile()
-                process.wait(timeout=400)
-            except BaseException:
-                process.kill()
-                raise
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    assert process.returncode == 0, f"vLLM failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
-    lines = [line for line in stdout.splitlines() if line.startswith(MARKER)]
-    assert lines, stdout[-3000:]
-    return json.loads(lines[-1].removeprefix(MARKER)), stderr
-
-
 def scenario_runs(checkpoints: dict[str, Path]) -> dict[str, dict[str, Any]]:
     bart = str(checkpoints["bart"])
     return {**{name: {"kind": "queued", "model": str(path), "requests": REQUESTS, "too_long": TOO_LONG}
@@ -190,8 +155,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     found: dict[str, Any] = {"checkpoints": checkpoints, "log": log}
 
     def offline() -> None:
-        reports, found["stderr"] = serve(list(runs.values()), tmp, cache,
-                                         meanwhile=lambda: found.update(references=references(checkpoints)))
+        env = {"TT_MODELS_BACKEND": "host", "MESH_DEVICE": "N150", "VLLM_CACHE_ROOT": str(cache),
+               "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
+        reports, _, found["stderr"] = run_scenario(
+            SCENARIO, {"runs": list(runs.values()), "worker_cls": WORKER_CLS, **SIZES}, tmp, env,
+            meanwhile=lambda: found.update(references=references(checkpoints)))
         found["reports"] = dict(zip(runs, reports, strict=True))
 
     with running_servers((command, tmp, log), env={"VLLM_CACHE_ROOT": str(cache)}, meanwhile=offline) as [url]:

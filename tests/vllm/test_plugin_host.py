@@ -15,11 +15,9 @@ not run here.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from collections.abc import Callable
@@ -31,7 +29,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from tests.models.hf_reference import tiny_model
-from tests.vllm.plugin_scenario import MARKER, RUN_MARKER
+from tests.vllm.plugin_scenario import RUN_MARKER
+from tests.vllm.scenario_process import run_scenario
 from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import mock
@@ -106,33 +105,11 @@ def reference(model_dir: Path) -> list[list[int]]:
 
 def serve(model_dir: Path, workdir: Path, cache: Path, env: dict[str, str], timeout: int = 400,
           meanwhile: Callable[[], Any] | None = None, **args: Any) -> tuple[dict[str, Any], str, str]:
-    """plugin_scenario.py in a fresh process: its report, stdout (vLLM's log) and stderr. Without the mock cluster
-    this suite's conftest sets up: the real ttnn would open a mock device and the plugin would run on it.
-    ``meanwhile`` (e.g. the reference run) is called here while that process runs."""
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
-    environ |= {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache), **env}
-    arguments = json.dumps({"prompts": PROMPTS, **SIZES, **({} if "models" in args else {"model": str(model_dir)}),
-                            **args})
-    # Files, not pipes: a log longer than a pipe's buffer would stop vLLM until ``meanwhile`` returned.
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ, stdout=out,
-                              stderr=err, text=True) as process:
-            try:
-                if meanwhile is not None:
-                    meanwhile()
-                process.wait(timeout=timeout)
-            except BaseException:
-                process.kill()
-                raise
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    assert done.returncode == 0, f"vLLM failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
-    assert lines, done.stdout[-3000:]
-    return json.loads(lines[-1].removeprefix(MARKER)), done.stdout, done.stderr
+    """plugin_scenario.py in a fresh process: its report, stdout (vLLM's log) and stderr. ``meanwhile`` (e.g. the
+    reference run) is called here while that process runs."""
+    arguments = {"prompts": PROMPTS, **SIZES, **({} if "models" in args else {"model": str(model_dir)}), **args}
+    return run_scenario(SCENARIO, arguments, workdir, {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache),
+                                                       **env}, timeout=timeout, meanwhile=meanwhile)
 
 
 def run_logs(stdout: str) -> list[str]:

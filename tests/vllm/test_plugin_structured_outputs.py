@@ -6,11 +6,6 @@ each side; every output must end at eos (a length cut would hide a late differen
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,11 +14,10 @@ import pytest
 
 from tests.engine.test_structured_output import CHOICES, GRAMMAR, REGEX, write_tiny_llama
 from tests.engine.test_structured_output_schemas import draw_cases
-from tests.vllm.structured_scenario import MARKER
+from tests.vllm.scenario_process import run_scenario
 from tests.vllm.test_plugin_host import inspected
 from tt_models import LLM, SamplingParams
 from tt_models.engine.structured_output import StructuredOutputsParams
-from tt_models.runtime import mock
 
 pytestmark = pytest.mark.slow
 SCENARIO = Path(__file__).with_name("structured_scenario.py")
@@ -48,29 +42,10 @@ def requests() -> tuple[list[str], list[dict[str, Any]]]:
 def vllm_tokens(model: Path, workdir: Path, cache: Path, prompts: list[str], constraints: list[dict[str, Any]],
                 meanwhile: Callable[[], Any]) -> list[dict[str, Any]]:
     """structured_scenario.py's report; ``meanwhile`` (our side) is called here while its process runs."""
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR)}
-    environ |= {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
-    arguments = json.dumps({"model": str(model), "prompts": prompts, "constraints": constraints, **SIZES})
-    # Files, not pipes: output longer than a pipe's buffer would stop vLLM until ``meanwhile`` returned.
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        with subprocess.Popen([sys.executable, str(SCENARIO), arguments], cwd=workdir, env=environ, stdout=out,
-                              stderr=err, text=True) as process:
-            try:
-                meanwhile()
-                process.wait(timeout=600)
-            except BaseException:
-                process.kill()
-                raise
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    assert done.returncode == 0, f"vLLM failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
-    assert lines, done.stdout[-3000:]
-    return json.loads(lines[-1].removeprefix(MARKER))
+    env = {"TT_MODELS_BACKEND": "host", "VLLM_CACHE_ROOT": str(cache), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+           "VLLM_PLUGINS": "tt_model_registry,tt,tt_models"}
+    arguments = {"model": str(model), "prompts": prompts, "constraints": constraints, **SIZES}
+    return run_scenario(SCENARIO, arguments, workdir, env, timeout=600, meanwhile=meanwhile)[0]
 
 
 def test_greedy_tokens_equal_vllm_with_xgrammar(vllm_cache: Path, tmp_path: Path) -> None:

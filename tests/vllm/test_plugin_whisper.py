@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +28,7 @@ import pytest
 import soundfile
 
 from tests.speech.clips import SAMPLE_RATE, espeak_wavs
-from tests.vllm.whisper_scenario import MARKER
+from tests.vllm.scenario_process import run_scenario
 from tests.vllm.test_plugin_examples import running_servers
 from tests.vllm.vllm_server import VLLM, client, metrics
 from tests.vllm.whisper_checkpoint import write_distil_shaped_checkpoint, write_whisper_checkpoint
@@ -210,27 +207,29 @@ SWEEP_SECONDS = (1, 5, 12, 30)
 OFFLINE_SIZES = SIZES | {"max_num_seqs": 4}
 
 
-def run_offline(model_dir: Path, wavs: list[Path], workdir: Path, env: dict[str, str],
-                **arguments: Any) -> subprocess.Popen:
-    """whisper_scenario.py in a fresh process from outside the checkout (not awaited), with ``env`` over this
-    environment less the mock cluster and the host backend this suite sets up."""
-    drop = ("PYTHONPATH", "VLLM_PLUGINS", "MESH_DEVICE", "TT_VISIBLE_DEVICES", mock.MOCK_ENV_VAR, BACKEND_ENV)
-    environ = {k: v for k, v in os.environ.items() if k not in drop} | env
-    arguments = {"model": str(model_dir), "wavs": [str(w) for w in wavs], "worker_cls": ENCODER_DECODER_WORKER,
-                 "max_tokens": 40, **OFFLINE_SIZES} | arguments
-    return subprocess.Popen([sys.executable, str(SCENARIO), json.dumps(arguments)], cwd=workdir, env=environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def report_of(process: subprocess.Popen) -> dict[str, Any]:
-    try:
-        stdout, stderr = process.communicate(timeout=900)
-    except BaseException:
-        process.kill()
-        raise
-    assert process.returncode == 0, f"vLLM failed:\n{stdout[-3000:]}\n{stderr[-6000:]}"
+def transcribe_offline(model_dir: Path, audios: dict[str, np.ndarray], workdir: Path, env: dict[str, str], *,
+                       meanwhile: Callable[[], Any] | None = None, sweep: tuple[str, ...] = (),
+                       **arguments: Any) -> dict[str, Any]:
+    """whisper_scenario.py's report on ``audios`` (those named in ``sweep`` one at a time, after the others in one
+    batch), ``meanwhile`` called while it runs."""
+    for name, audio in audios.items():
+        (workdir / f"{name}.wav").write_bytes(wav_bytes(audio))
+    arguments = {"model": str(model_dir), "worker_cls": ENCODER_DECODER_WORKER, "max_tokens": 40, **OFFLINE_SIZES,
+                 "wavs": [str(workdir / f"{name}.wav") for name in audios if name not in sweep],
+                 "sweep": [str(workdir / f"{name}.wav") for name in sweep]} | arguments
+    report, _, stderr = run_scenario(SCENARIO, arguments, workdir, env, timeout=900, meanwhile=meanwhile)
     assert "Traceback" not in stderr, stderr[-6000:]
-    return json.loads([line for line in stdout.splitlines() if line.startswith(MARKER)][-1].removeprefix(MARKER))
+    print(f"vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+    return report
+
+
+def engine_tokens(model_dir: Path, audios: list[np.ndarray], prompt: str = "", max_tokens: int = 40,
+                  ignore_eos: bool = False, **engine: Any) -> list[list[int]]:
+    """tt-models' engine's greedy tokens of ``audios`` (``prompt``: its default decoder prompt when empty)."""
+    with LLM(str(model_dir), backend="host", **OFFLINE_SIZES, **engine) as llm:
+        prompts = [{"prompt": prompt, "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}} for audio in audios]
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+        return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
 
 def check_decodes(report: dict[str, Any], requests: int) -> None:
@@ -252,22 +251,14 @@ def test_n300_runs_whisper_tensor_parallel_over_two_chips(checkpoint_dir: Path, 
     TT's offline example's sweep of increasing lengths for audio (the call's first 1, 5, 12 and 30 s, one at a
     time)."""
     model_dir = write_whisper_checkpoint(checkpoint_dir, "whisper-tiny.en")
-    audios = {name: clips[name] for name in OFFLINE_CLIPS} | {f"first{s}s": clips["call"][:s * SAMPLE_RATE]
-                                                              for s in SWEEP_SECONDS}
-    wavs = {name: tmp_path / f"{name}.wav" for name in audios}
-    for name, wav in wavs.items():
-        wav.write_bytes(wav_bytes(audios[name]))
-    process = run_offline(model_dir, [wavs[name] for name in OFFLINE_CLIPS], tmp_path,
-                          {BACKEND_ENV: "host", "MESH_DEVICE": "N300"},
-                          sweep=[str(wav) for name, wav in wavs.items() if name not in OFFLINE_CLIPS])
-    with LLM(str(model_dir), backend="host", mesh_shape=(1, 2), **OFFLINE_SIZES) as llm:  # meanwhile
-        prompts = [{"prompt": "", "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}} for audio in audios.values()]
-        reference = [list(o.outputs[0].token_ids)
-                     for o in llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=40), use_tqdm=False)]
-    report = report_of(process)
-    print(f"vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+    sweep = {f"first{s}s": clips["call"][:s * SAMPLE_RATE] for s in SWEEP_SECONDS}
+    audios = {name: clips[name] for name in OFFLINE_CLIPS} | sweep
+    found: dict[str, Any] = {}
+    report = transcribe_offline(model_dir, audios, tmp_path, {BACKEND_ENV: "host", "MESH_DEVICE": "N300"},
+                                sweep=tuple(sweep), meanwhile=lambda: found.update(
+                                    tokens=engine_tokens(model_dir, list(audios.values()), mesh_shape=(1, 2))))
     assert report["mesh"] == [1, 2] and report["kv_cache_shape"][1] == 3
-    assert report["tokens"] + report["sweep"] == reference
+    assert report["tokens"] + report["sweep"] == found["tokens"]
     check_decodes(report, len(OFFLINE_CLIPS))
 
 
@@ -276,17 +267,13 @@ def test_mock_n150_validates_whisper_through_the_worker(checkpoint_dir: Path, cl
     """No host backend: the plugin's own ``open_mesh_device`` opens the real ttnn's mock n150, which validates every
     call of the warm-up, prefill and decode (eager: the mock cannot capture traces); it computes nothing, so only the
     run's shape is asserted: every request its tokens, the cross inputs on every decode step."""
-    wavs = [tmp_path / f"{name}.wav" for name in OFFLINE_CLIPS[:2]]
-    for wav, name in zip(wavs, OFFLINE_CLIPS):
-        wav.write_bytes(wav_bytes(clips[name]))
     model_dir = write_whisper_checkpoint(checkpoint_dir, "whisper-tiny.en")
-    process = run_offline(model_dir, wavs, tmp_path, {**mock.environment("n150"), "MESH_DEVICE": "N150"},
-                          max_tokens=3, ignore_eos=True)
-    report = report_of(process)
-    print(f"vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+    audios = {name: clips[name] for name in OFFLINE_CLIPS[:2]}
+    report = transcribe_offline(model_dir, audios, tmp_path, {**mock.environment("n150"), "MESH_DEVICE": "N150"},
+                                max_tokens=3, ignore_eos=True)
     assert report["device"].startswith("ttnn") and report["mesh"] == [1, 1], report["device"]
     assert [len(tokens) for tokens in report["tokens"]] == [3, 3]
-    check_decodes(report, len(wavs))
+    check_decodes(report, len(audios))
 
 
 def test_lane_data_parallel_is_refused_by_name() -> None:
@@ -309,18 +296,15 @@ def test_distil_whisper_shape_decoder_shallower_than_its_encoder(checkpoint_dir:
     model's layers): the worker's KV layout has the decoder's, a multilingual prompt; greedy tokens equal
     ``tt_models.LLM``'s."""
     model_dir = write_distil_shaped_checkpoint(checkpoint_dir)
-    wavs = [tmp_path / f"{name}.wav" for name in OFFLINE_CLIPS[:2]]
-    for wav, name in zip(wavs, OFFLINE_CLIPS):
-        wav.write_bytes(wav_bytes(clips[name]))
+    audios = {name: clips[name] for name in OFFLINE_CLIPS[:2]}
     prompt = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
-    process = run_offline(model_dir, wavs, tmp_path, {BACKEND_ENV: "host", "MESH_DEVICE": "N150"}, max_tokens=8,
-                          ignore_eos=True, decoder_prompt=prompt)
-    with LLM(str(model_dir), backend="host", **OFFLINE_SIZES) as llm:  # meanwhile
-        prompts = [{"prompt": prompt, "multi_modal_data": {"audio": (clips[name], SAMPLE_RATE)}}
-                   for name in OFFLINE_CLIPS[:2]]
-        params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
-        reference = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
-    report = report_of(process)
+    found: dict[str, Any] = {}
+
+    def reference() -> None:
+        found["tokens"] = engine_tokens(model_dir, list(audios.values()), prompt, max_tokens=8, ignore_eos=True)
+
+    report = transcribe_offline(model_dir, audios, tmp_path, {BACKEND_ENV: "host", "MESH_DEVICE": "N150"},
+                                max_tokens=8, ignore_eos=True, decoder_prompt=prompt, meanwhile=reference)
     assert report["kv_layers"] == 2
-    assert report["tokens"] == reference
-    check_decodes(report, 2)
+    assert report["tokens"] == found["tokens"]
+    check_decodes(report, len(audios))
