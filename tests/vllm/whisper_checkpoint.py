@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
+from tests.vllm.hf_directory import write_hf_directory
 from tt_models.checkpoints import load_hf_checkpoint
 
 
@@ -17,15 +17,7 @@ def write_whisper_checkpoint(parent: Path, alias: str) -> Path:
     path = parent / alias
     if (path / "model.safetensors").exists():
         return path
-    checkpoint = load_hf_checkpoint(alias)
-    path.mkdir(parents=True, exist_ok=True)
-    checkpoint.config.architectures = ["WhisperForConditionalGeneration"]
-    checkpoint.config.save_pretrained(path)
-    checkpoint.generation_config.save_pretrained(path)
-    checkpoint.processor.save_pretrained(path)
-    state = {k: v.contiguous() for k, v in checkpoint.state_dict.items() if k != "proj_out.weight"}  # tied
-    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
-    return path
+    return write_hf_directory(load_hf_checkpoint(alias), path, "WhisperForConditionalGeneration", "proj_out.weight")
 
 
 def write_distil_shaped_checkpoint(parent: Path) -> Path:

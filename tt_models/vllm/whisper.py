@@ -26,6 +26,7 @@ from vllm.multimodal import MULTIMODAL_REGISTRY
 
 __all__ = ["WhisperTranscription", "register_whisper"]
 
+# tt_models.checkpoints.whisper_generation.MULTILINGUAL_VOCAB_SIZE's rule; that package is this one's peer layer.
 MULTILINGUAL_VOCAB = 51865
 
 register_whisper = MULTIMODAL_REGISTRY.register_processor(
