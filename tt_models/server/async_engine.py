@@ -1,4 +1,5 @@
-"""An asyncio front of one ``LLMEngine``: one background thread runs the engine loop, coroutines submit and stream.
+"""An asyncio front of one ``LLMEngine``: the engine's own thread (``engine_thread``) runs its loop, coroutines submit
+and stream.
 
 The engine is not thread-safe, so only the loop thread touches it: coroutines hand it commands (add, abort)
 through a thread-safe queue, and it hands each step's outputs to the submitting event loops with
@@ -12,9 +13,9 @@ import asyncio
 import contextvars
 import logging
 import queue
-import threading
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -22,6 +23,7 @@ from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.engine.sampling import SamplingParams
+from tt_models.server.engine_thread import thread_of
 from tt_models.server.errors import EngineFailed, ShuttingDown
 
 logger = logging.getLogger(__name__)
@@ -74,24 +76,25 @@ class AsyncEngine:
         # request id -> (its event loop, its output queue); touched by the loop thread only.
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._running = False
-        self._thread = threading.Thread(target=self._run, name="tt-models-engine", daemon=True)
+        self._loop: Future | None = None  # the loop's run on the engine's thread
 
     # Any thread.
 
     def start(self) -> None:
         self.engine.set_waker(partial(self._commands.put, self._service))
         self._running = True
-        self._thread.start()
+        self._loop = thread_of(self.engine).submit(self._run)
+        self._loop.add_done_callback(_report_crash)
 
     def shutdown(self) -> None:
         """Stop the loop after its current step; unfinished requests are aborted. The engine stays open."""
-        if self._thread.is_alive():
+        if self.is_alive:
             self._commands.put(self._stop)
-            self._thread.join()
+            self._loop.exception()  # (waits; a crash is logged already)
 
     @property
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._loop is not None and not self._loop.done()
 
     def abort(self, request_id: str) -> None:
         self._commands.put(partial(self._abort, request_id))
@@ -228,6 +231,11 @@ class AsyncEngine:
                 self._on_finished(output)
             except Exception:
                 logger.exception("on_finished failed for %s", output.request_id)
+
+
+def _report_crash(loop: Future) -> None:
+    if loop.exception() is not None:
+        logger.error("the engine loop crashed", exc_info=loop.exception())
 
 
 def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:

@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
-
+from functools import partial
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
@@ -19,6 +19,7 @@ from tt_models.disagg.broker_connection import BrokerTLS
 from tt_models.disagg.proxy import Proxy, create_proxy_app
 from tt_models.server.auth import API_KEY_ENV, BearerAuth, api_keys
 from tt_models.server.cors import add_cors_flags, cors_options
+from tt_models.server.engine_thread import build_on_own_thread
 from tt_models.server.media_policy import add_media_flags, media_policy
 from tt_models.server.shutdown import fail_engines, serve
 from tt_models.server.tool_parsers import add_tool_flags
@@ -162,10 +163,10 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine | EncodeEngin
             kwargs = dict(backend=args.backend, optimizations=args.optimizations, mesh_shape=args.mesh_shape)
             if role == "encode":
                 broker = Broker(args.broker, args.instance_name, name, tls, password)
-                engines[name] = EncodeEngine.from_model(model, config, broker, transfer_timeout=args.transfer_timeout,
-                                                        **kwargs)
+                engines[name] = build_on_own_thread(partial(EncodeEngine.from_model, model, config, broker,
+                                                            transfer_timeout=args.transfer_timeout, **kwargs), name)
                 continue
-            engines[name] = LLMEngine.from_model(model, config, **kwargs)
+            engines[name] = build_on_own_thread(partial(LLMEngine.from_model, model, config, **kwargs), name)
             if role == "prefill_decode" and engines[name].runner.uses_cross:
                 attach_encoder_inbox(engines[name], Broker(args.broker, args.instance_name, name, tls, password),
                                      timeout=args.transfer_timeout)
