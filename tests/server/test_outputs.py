@@ -3,6 +3,7 @@ not: completions and chat (SmolLM2), completions (BART), transcriptions of real 
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -69,6 +70,35 @@ def test_chat(client, references):
         assert response.usage.prompt_tokens == len(expected.prompt_token_ids)
         assert chunks[0].choices[0].delta.role == "assistant"
         assert chunks[-1].usage.completion_tokens == len(e.token_ids)
+
+
+def test_chat_stream_begins_with_the_first_token(client, engines):
+    """The role chunk that opens a chat stream waits for the first token, as vLLM's server sends it: clients (vLLM's
+    benchmark among them) time the first token by the first chunk. The engine's steps are held here: nothing comes
+    while they are, the role chunk comes once they run."""
+    engine, step = engines[LLAMA], engines[LLAMA].step
+    held, release = threading.Event(), threading.Event()
+
+    def held_step():
+        held.set()
+        release.wait(60)
+        return step()
+
+    engine.step = held_step
+    try:
+        stream = client.chat.completions.create(model=LLAMA, messages=CHATS[0], max_tokens=2, temperature=0,
+                                                stream=True)
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(next, iter(stream))
+            assert held.wait(60)
+            with pytest.raises(TimeoutError):
+                first.result(timeout=1)
+            release.set()
+            assert first.result(timeout=60).choices[0].delta.role == "assistant"
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    finally:
+        release.set()
+        del engine.step
 
 
 def test_chat_logprobs(client, references):

@@ -120,13 +120,17 @@ async def _events(body: ChatCompletionRequest, params: SamplingParams, plan: Too
 
     deltas = Deltas(params)
     calls = [ToolCallDeltas(plan) for _ in range(params.n)] if plan is not None else None
-    final = None
+    final, started = None, False
     try:
-        for i in range(params.n):  # OpenAI's first chunk of each choice names the role
-            yield chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
-            if calls is not None and (announced := calls[i].advance("", False)[1]):  # a named function's call
-                yield chunk([ChatChunkChoice(index=i, delta=Delta(tool_calls=announced))])
         async for final in stream:
+            if not started:
+                # OpenAI's first chunk of each choice names the role. It goes with the first token, as vLLM sends it:
+                # clients take the first chunk's arrival as the time to first token.
+                started = True
+                for i in range(params.n):
+                    yield chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+                    if calls is not None and (announced := calls[i].advance("", False)[1]):  # a named function's call
+                        yield chunk([ChatChunkChoice(index=i, delta=Delta(tool_calls=announced))])
             choices = []
             for seq in final.outputs:
                 advanced = deltas.advance((0, seq.index), seq)
