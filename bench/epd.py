@@ -27,11 +27,10 @@ import numpy as np
 import openai
 import soundfile
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the tests' server helpers (tests/server/process.py)
+from tt_models.audio import speech_sample
+from tt_models.testing.server_process import free_port, wait_healthy
 
-from tests.server.process import free_port, wait_healthy  # noqa: E402
-from tt_models.audio import speech_sample  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager

@@ -24,9 +24,7 @@ from pathlib import Path
 import numpy as np
 import openai
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' server helpers (tests/server/process.py)
-
-from tests.server.process import wait_healthy  # noqa: E402
+from tt_models.testing.server_process import wait_healthy
 
 PROMPTS = [
     "Write a short story about a lighthouse keeper.",

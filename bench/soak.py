@@ -38,8 +38,8 @@ import soundfile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers: the tiny BART, the server's wait
 
 from tests.server.cases import metric, save_tiny_bart  # noqa: E402
-from tests.server.process import free_port, wait_healthy  # noqa: E402
 from tt_models.audio import speech_sample  # noqa: E402
+from tt_models.testing.server_process import free_port, wait_healthy  # noqa: E402
 
 BART, CHAT, WHISPER = "bart", "smollm2", "whisper"
 KINDS = ("chat", "completion", "stream", "disconnect", "abort", "transcription", "bad")

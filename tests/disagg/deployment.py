@@ -17,8 +17,8 @@ import httpx
 import openai
 import soundfile
 
-from tests.server.process import free_port, wait_healthy
 from tt_models.audio import speech_sample
+from tt_models.testing.server_process import free_port, wait_healthy
 
 BART, WHISPER = "bart", "whisper"
 MODEL_ARGS = ["--max-num-seqs", "16", "--max-model-len", "256", "--backend", "host", "--optimizations", "accuracy",

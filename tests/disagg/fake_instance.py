@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.server.process import free_port
+from tt_models.testing.server_process import free_port
 
 MODEL = "fake"
 TOKEN_S = 0.05

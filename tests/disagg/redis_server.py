@@ -11,7 +11,7 @@ import time
 import redis
 
 from tests.certs import Certificate
-from tests.server.process import free_port
+from tt_models.testing.server_process import free_port
 
 # What a broker's ACL user needs: its instances' lists, the two commands that move messages, PING for the check.
 BROKER_ACL = ("~tt-models:*", "resetchannels", "-@all", "+rpush", "+blpop", "+ping")

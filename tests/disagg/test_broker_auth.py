@@ -13,11 +13,11 @@ import pytest
 
 from tests.certs import self_signed
 from tests.disagg.redis_server import RedisServer
-from tests.server.process import free_port
 from tt_models.disagg import broker_connection
 from tt_models.disagg.broker import Broker, Metadata, parse_message
 from tt_models.disagg.broker_connection import BrokerTLS, BrokerUnavailable, masked_url
 from tt_models.disagg.connector import Connector
+from tt_models.testing.server_process import free_port
 
 ADMIN_PASSWORD = "admin-Pw-5c1e"
 USER, PASSWORD = "encoder", "user-Pw-9f3a"

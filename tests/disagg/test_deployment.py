@@ -142,7 +142,7 @@ def test_metrics_of_every_role(deployment):
     states = metric(pd1, "tt_models:broker_messages_total", model_name=WHISPER, channel="states", direction="received")
     assert states >= len(CLIPS) and received >= states * 1500 * 384 * 2  # bf16 [1500, 384] per request
     assert sent > 0
-    assert 'tt_models:num_requests_waiting{model_name="whisper"}' in both
+    assert metric(both, "vllm:num_requests_waiting", model_name=WHISPER) >= 0  # (metric fails on a missing sample)
     assert "tt_models_proxy:outstanding_requests" in httpx.get(f"{deployment.proxies['2E+1PD'].url}/metrics").text
 
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.disagg.fake_instance import MODEL, FakeInstance
-from tests.server.process import free_port, wait_healthy
 from tt_models.server.shutdown import ABORT_GRACE_S
+from tt_models.testing.server_process import free_port, wait_healthy
 
 TIMEOUT = 1.5  # --shutdown-timeout
 SHORT, LONG = 10, 1000  # tokens: half a second (TOKEN_S each), and far more than TIMEOUT

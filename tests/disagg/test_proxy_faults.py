@@ -19,9 +19,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from tests.server.cases import ServerThread, metric
-from tests.server.process import free_port
 from tt_models.disagg import proxy as proxy_module
 from tt_models.disagg.proxy import _DOWN_SECONDS, Proxy, create_proxy_app
+from tt_models.testing.server_process import free_port
 
 MODEL = "whisper"
 ENCODE_TIMEOUT = 0.5  # seconds: the proxy's encode_timeout here

@@ -171,6 +171,22 @@ def test_steps_are_all_prefill_or_all_decode():
     assert engine.stats["prefill_steps"] + engine.stats["decode_steps"] == len(engine.runner.model.calls)
 
 
+def test_running_sequences_decode_between_two_admissions():
+    """Four prompts wait while one request runs, a budget of one prompt per step: after each prefill step the running
+    sequences decode once before the next admission, instead of waiting for every prefill; and no step ends in a
+    split prompt (which would hold them through its next chunk's prefill step)."""
+    engine = make_engine(max_num_batched_tokens=20)
+    engine.add_request("first", prompt(0, 10), params(30))
+    engine.step()  # its prefill
+    for i in range(1, 5):
+        engine.add_request(f"r{i}", prompt(i, 16), params(30))
+    for _ in range(8):
+        engine.step()
+    model = engine.runner.model
+    assert model.calls[:9] == ["prefill", "decode"] * 4 + ["prefill"]
+    assert model.prefill_chunks[:5] == [[(0, 10)], [(0, 16)], [(0, 16)], [(0, 16)], [(0, 16)]]
+
+
 def test_fed_decode_issues_a_step_before_reading_the_last():
     """Sampled on the device by a model that feeds its tokens back, a steady decode step is issued before the one
     in flight is read (the device never waits for the host), and the outputs are still the solo runs'."""

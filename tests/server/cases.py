@@ -17,12 +17,12 @@ from fastapi import FastAPI
 from tokenizers import processors
 from transformers import BartConfig, BartForConditionalGeneration, PreTrainedTokenizerFast
 
-from tests.server.process import free_port
 from tt_models import SamplingParams
 from tt_models.audio import load_audio, speech_sample
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
+from tt_models.testing.server_process import free_port
 
 LLAMA, BART, WHISPER = "smollm2", "tiny-bart", "whisper-tiny.en"
 MAX_TOKENS = 8  # SmolLM2 runs about a second per step on 2 cores: short outputs keep the suite short

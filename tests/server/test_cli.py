@@ -17,9 +17,9 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from tests.server.cases import metric
-from tests.server.process import free_port, wait_healthy
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server import cli
+from tt_models.testing.server_process import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,8 @@ def small_server(bart_dir, tmp_path_factory):
 
 
 def _metrics(url: str, name: str) -> float:
-    return metric(httpx.get(f"{url}/metrics").text, f"tt_models:{name}", model_name=NAME)
+    """vLLM's name for what vLLM also measures (``vllm:num_requests_running``), tt-models' for the rest."""
+    return metric(httpx.get(f"{url}/metrics").text, name, model_name=NAME)
 
 
 def test_full_queue_is_503_and_closed_streams_free_their_blocks(small_server):
@@ -65,8 +66,8 @@ def test_full_queue_is_503_and_closed_streams_free_their_blocks(small_server):
     running = client.completions.create(**long)
     next(iter(running))  # it has a token: it holds the one batch slot
     waiting = client.completions.create(**long)  # accepted (the stream began): it waits for the slot
-    assert (_metrics(small_server, "num_requests_running"), _metrics(small_server, "num_requests_waiting")) == (1, 1)
-    assert _metrics(small_server, "kv_blocks_in_use") > 0
+    assert (_metrics(small_server, "vllm:num_requests_running"), _metrics(small_server, "vllm:num_requests_waiting")) == (1, 1)
+    assert _metrics(small_server, "tt_models:kv_blocks_in_use") > 0
 
     with pytest.raises(openai.APIStatusError) as full:
         client.completions.create(model=NAME, prompt="Hi", max_tokens=4)
@@ -76,12 +77,12 @@ def test_full_queue_is_503_and_closed_streams_free_their_blocks(small_server):
     running.close()
     waiting.close()
     deadline = time.monotonic() + 30
-    while any(_metrics(small_server, n) for n in ("kv_blocks_in_use", "num_requests_running",
-                                                   "num_requests_waiting")):
+    while any(_metrics(small_server, n) for n in ("tt_models:kv_blocks_in_use", "vllm:num_requests_running",
+                                                   "vllm:num_requests_waiting")):
         assert time.monotonic() < deadline, httpx.get(f"{small_server}/metrics").text
         time.sleep(0.2)
-    assert metric(httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total", model_name=NAME,
-                  finish_reason="abort") == 2
+    assert metric(httpx.get(f"{small_server}/metrics").text, "vllm:request_success_total", model_name=NAME,
+                  finished_reason="abort") == 2
 
     served = client.completions.create(model=NAME, prompt="Hello world", max_tokens=6, temperature=0,
                                        extra_body={"ignore_eos": True})
@@ -90,17 +91,17 @@ def test_full_queue_is_503_and_closed_streams_free_their_blocks(small_server):
 
 
 def test_a_client_that_gives_up_on_a_plain_request_aborts_it(small_server):
-    aborted_before = metric(httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total", 0.0,
-                            model_name=NAME, finish_reason="abort")
+    aborted_before = metric(httpx.get(f"{small_server}/metrics").text, "vllm:request_success_total", 0.0,
+                            model_name=NAME, finished_reason="abort")
     body = {"model": NAME, "prompt": "Hello world", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):  # 1000 steps take seconds: the client leaves first
         httpx.post(f"{small_server}/v1/completions", json=body, timeout=1.5)
     deadline = time.monotonic() + 30
-    while metric(text := httpx.get(f"{small_server}/metrics").text, "tt_models:request_finished_total", 0.0,
-                 model_name=NAME, finish_reason="abort") == aborted_before:
+    while metric(text := httpx.get(f"{small_server}/metrics").text, "vllm:request_success_total", 0.0,
+                 model_name=NAME, finished_reason="abort") == aborted_before:
         assert time.monotonic() < deadline, text
         time.sleep(0.2)
-    assert _metrics(small_server, "kv_blocks_in_use") == 0 and _metrics(small_server, "num_requests_running") == 0
+    assert _metrics(small_server, "tt_models:kv_blocks_in_use") == 0 and _metrics(small_server, "vllm:num_requests_running") == 0
 
 
 def test_console_script_runs_the_cli():

@@ -88,20 +88,20 @@ def test_64_mixed_streams_and_10_disconnects(server, references, http):
     deadline = time.monotonic() + 60
     while True:
         text = http.get("/metrics").text
-        idle = all(metric(text, f"tt_models:{name}", model_name=model) == 0
+        idle = all(metric(text, name, model_name=model) == 0
                    for model in (LLAMA, BART, WHISPER)
-                   for name in ("kv_blocks_in_use", "num_requests_running", "num_requests_waiting",
-                                "num_requests_swapped"))
+                   for name in ("tt_models:kv_blocks_in_use", "vllm:kv_cache_usage_perc", "vllm:num_requests_running",
+                                "vllm:num_requests_waiting", "tt_models:num_requests_swapped"))
         if idle or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert idle, text
-    aborted = (metric(text, "tt_models:request_finished_total", model_name=LLAMA, finish_reason="abort")
-               - metric(before, "tt_models:request_finished_total", 0.0, model_name=LLAMA, finish_reason="abort"))
+    aborted = (metric(text, "vllm:request_success_total", model_name=LLAMA, finished_reason="abort")
+               - metric(before, "vllm:request_success_total", 0.0, model_name=LLAMA, finished_reason="abort"))
     assert aborted == 10
-    generated = (metric(text, "tt_models:generation_tokens_total", model_name=BART)
-                 - metric(before, "tt_models:generation_tokens_total", 0.0, model_name=BART))
+    generated = (metric(text, "vllm:generation_tokens_total", model_name=BART)
+                 - metric(before, "vllm:generation_tokens_total", 0.0, model_name=BART))
     assert generated == sum(len(references.bart[i % len(BART_PROMPTS)].outputs[0].token_ids) for i in range(24))
-    transcribed = (metric(text, "tt_models:time_to_first_token_seconds_count", model_name=WHISPER)
-                   - metric(before, "tt_models:time_to_first_token_seconds_count", 0.0, model_name=WHISPER))
+    transcribed = (metric(text, "vllm:time_to_first_token_seconds_count", model_name=WHISPER)
+                   - metric(before, "vllm:time_to_first_token_seconds_count", 0.0, model_name=WHISPER))
     assert transcribed == 8

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.process import free_port, wait_healthy
 from tt_models.server.shutdown import ABORT_GRACE_S
+from tt_models.testing.server_process import free_port, wait_healthy
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 

@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 from tests.certs import self_signed
 from tests.disagg.fake_instance import MODEL, FakeInstance
-from tests.server.process import free_port, wait_healthy
 from tt_models.disagg.proxy import Proxy, create_proxy_app
 from tt_models.server import cli
 from tt_models.server.auth import api_keys
 from tt_models.server.cors import cors_options
+from tt_models.testing.server_process import free_port, wait_healthy
 
 OK, OTHER_OK, FOREIGN = "https://ok.example", "https://two.example", "https://evil.example"
 PREFLIGHT = {"access-control-request-method": "POST", "access-control-request-headers": "authorization,content-type"}

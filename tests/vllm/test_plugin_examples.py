@@ -23,8 +23,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.server.process import free_port, wait_healthy
-from tests.vllm.smollm2_checkpoint import write_smollm2_checkpoint, write_tiny_chat_checkpoint
+from tt_models.testing.chat_checkpoints import write_smollm2_checkpoint, write_tiny_chat_checkpoint
+from tt_models.testing.server_process import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

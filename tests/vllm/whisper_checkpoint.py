@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-from tests.vllm.hf_directory import write_hf_directory
 from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.testing.hf_directory import write_hf_directory
 
 
 def write_whisper_checkpoint(parent: Path, alias: str) -> Path:

@@ -79,6 +79,9 @@ class LLMEngine(RequestIntake[Request]):
         self._token_texts: dict[int, str] = {}  # each token's own text, decoded once (see IncrementalDetokenizer)
         self._identity = list(range(self.config.max_num_seqs))  # rows of logits that need no picking
         self.stats = {"prefill_steps": 0, "decode_steps": 0, "prompt_tokens": 0, "generated_tokens": 0}
+        # The time between a request's consecutive detokenized tokens, for whoever set a list here and empties it (the
+        # server's metrics, after every step); None: not recorded.
+        self.inter_token_latencies: list[float] | None = None
 
     @classmethod
     def from_model(cls, model: str, config: EngineConfig, **kwargs: Any) -> LLMEngine:
@@ -332,6 +335,11 @@ class LLMEngine(RequestIntake[Request]):
                 if request.status is not RequestStatus.WAITING:  # preempted since it was sampled: holds nothing
                     self.scheduler.free_seq(seq)
         self.stats["generated_tokens"] += committed
+        now = time.monotonic()
+        for request in touched.values():
+            last, request.metrics.last_token_time = request.metrics.last_token_time, now
+            if last is not None and self.inter_token_latencies is not None:
+                self.inter_token_latencies.append(now - last)
         for request in ended:
             if request.request_id in self.requests and not request.live_seqs and len(request.seqs) == request.params.n:
                 self.requests.pop(request.request_id)

@@ -45,6 +45,7 @@ class RequestMetrics:
     arrival_time: float
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
+    last_token_time: float | None = None  # when its latest token was detokenized
     finished_time: float | None = None
     num_preemptions: int = 0
 

@@ -168,6 +168,13 @@ class Request:
         return self.inputs.encoder_len
 
     @property
+    def prefill_tokens(self) -> int:
+        """The tokens its next prefill step computes whole: its encoder's input (unless computed already) and its first
+        live sequence's uncomputed tokens."""
+        seqs = self.live_seqs
+        return (0 if self.encoder_cached else self.encoder_len) + (seqs[0].num_uncomputed if seqs else 0)
+
+    @property
     def live_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if s.finish_reason is None]  # (not the property: this runs every step)
 

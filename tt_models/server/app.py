@@ -47,7 +47,9 @@ def create_app(engines: Mapping[str, LLMEngine | EncodeEngine], *, close_engines
     metrics = ServerMetrics(engines)
     if role != "both":
         metrics.registry.register(DisaggState(engines))
-    served = {name: AsyncEngine(engine, on_finished=partial(metrics.observe, name)) for name, engine in engines.items()}
+    served = {name: AsyncEngine(engine, on_finished=partial(metrics.observe, name),
+                                on_step=partial(metrics.observe_step, name) if engine.decodes else None)
+              for name, engine in engines.items()}
     created = int(time.time())
 
     @asynccontextmanager

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from tests.vllm.hf_directory import write_hf_directory
+from tt_models.testing.hf_directory import write_hf_directory
 from tt_models.checkpoints import load_hf_checkpoint
 
 NAME = "SmolLM2-135M-Instruct"  # "Instruct": TT's example applies the chat template to such models
