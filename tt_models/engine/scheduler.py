@@ -231,11 +231,11 @@ class Scheduler:
         for request in list(self.waiting):
             if budget <= 0:
                 break
-            if whole_prompts and scheduled and request.prefill_tokens > budget:
-                break
             holds_blocks = self.kvs[request.replica].has_cross(request.request_id)
             if not request.ready or request.replica in blocked and not holds_blocks:
                 continue  # (a request whose grammar is compiling lets the others by, as in vLLM)
+            if whole_prompts and scheduled and request.prefill_tokens > budget:
+                break
             if not self._admit(request):
                 if not holds_blocks:
                     blocked.add(request.replica)

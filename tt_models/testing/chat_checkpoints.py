@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from tt_models.testing.hf_directory import write_hf_directory
 from tt_models.checkpoints import load_hf_checkpoint
+from tt_models.testing.hf_directory import write_hf_directory
 
 NAME = "SmolLM2-135M-Instruct"  # "Instruct": TT's example applies the chat template to such models
 
