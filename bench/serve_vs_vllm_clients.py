@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tt_models.testing.server_process import free_port, wait_healthy
+from tt_models.testing.server_process import free_port, stop, wait_healthy
 
 VLLM = str(Path(sys.executable).with_name("vllm"))
 OFFLINE = Path(__file__).with_name("serve_vs_vllm_offline.py")
@@ -50,12 +50,7 @@ def running_server(command: list[str], log: Path, cwd: Path, env: dict[str, str]
         wait_healthy(url, process, log, seconds=STARTUP_S)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 120)
         try:
             os.killpg(process.pid, signal.SIGKILL)  # what it left behind (its group is its own)
         except ProcessLookupError:

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 from tests.server.cases import metric
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server import cli
-from tt_models.testing.server_process import free_port, wait_healthy
+from tt_models.testing.server_process import free_port, stop, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +43,7 @@ def small_server(bart_dir, tmp_path_factory):
         wait_healthy(url, process, log, seconds=180)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 60)
     # A graceful shutdown (uvicorn then re-raises the SIGTERM that stopped it): no error, no kill.
     assert process.returncode in (0, -signal.SIGTERM) and "Traceback" not in log.read_text(), log.read_text()
 

@@ -37,5 +37,15 @@ def wait_healthy(url: str, process: subprocess.Popen, log: Path | None = None, s
         time.sleep(0.5)
 
 
+def stop(process: subprocess.Popen, seconds: float) -> None:
+    """SIGTERM (a graceful stop), and SIGKILL if ``process`` has not exited within ``seconds``."""
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _tail(log: Path | None) -> str:
     return f":\n{log.read_text(errors='replace')[-6000:]}" if log is not None else ""
