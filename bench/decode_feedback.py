@@ -9,33 +9,30 @@ sampled tokens into the trace's token input; the read of step N overlaps step N+
 
 The trace's replay is stubbed during the timed calls (``execute_trace`` only enqueues on a device: its compute is the
 device's, which the host backend would run here in Python), so the times are the host's part only. The families are
-the tests' tiny random models (tests/models/*_reference.py): the host inputs depend on the batch, the family's inputs
+the tests' tiny random models (tt_models/testing/*.py): the host inputs depend on the batch, the family's inputs
 and the head dim, not on the model's width.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' tiny models
-from tests.models.gemma3_reference import tiny_gemma3  # noqa: E402
-from tests.models.hf_reference import tiny_model  # noqa: E402
-from tests.models.mllama_reference import tiny_mllama  # noqa: E402
-from tests.models.qwen2_5_vl_reference import tiny_qwen2_5_vl  # noqa: E402
-from tests.models.seq2seq_reference import CASES as SEQ2SEQ, tiny_seq2seq  # noqa: E402
-from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration  # noqa: E402
-from tt_models.models.llama.generator import LlamaForCausalLM  # noqa: E402
-from tt_models.models.mllama.generator import MllamaForConditionalGeneration  # noqa: E402
-from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration  # noqa: E402
-from tt_models.runtime import api_for  # noqa: E402
+from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.models.llama.generator import LlamaForCausalLM
+from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
+from tt_models.runtime import api_for
+from tt_models.testing.gemma3 import tiny_gemma3
+from tt_models.testing.llama import tiny_model
+from tt_models.testing.mllama import tiny_mllama
+from tt_models.testing.qwen2_5_vl import tiny_qwen2_5_vl
+from tt_models.testing.seq2seq import CASES as SEQ2SEQ, tiny_seq2seq
 
 BATCH, BLOCK, WIDTH, POSITION = 32, 32, 2, 40
 

@@ -31,17 +31,19 @@ import argparse
 import copy
 import os
 import statistics
+import sys
 import tempfile
 import textwrap
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import transformers
 from PIL import Image
-from transformers import LogitsProcessor, LogitsProcessorList, MllamaConfig, MllamaForConditionalGeneration
+from transformers import MllamaConfig, MllamaForConditionalGeneration
 from transformers.models.mllama.processing_mllama import (convert_sparse_cross_attention_mask_to_dense,
                                                           get_cross_attention_token_mask)
 
@@ -50,6 +52,9 @@ from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration as TTMllama
 from tt_models.models.mllama.images import image_processor, preprocess
 from tt_models.runtime import close_device, open_device, ttnn, use
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the HF timing shared with vlm.py
+from hf_timing import StepStamps, hf_generate, rounds  # noqa: E402
 
 # Llama-3.2-11B-Vision's ratios, scaled down: 4 + 2 vision layers (real 32 + 8) of width 256 (1280), MLP 4x,
 # patch 14, the final + 4 intermediate outputs into the projector (real 1 + 5), 4 tiles; text width 512 (4096),
@@ -171,28 +176,10 @@ def bench_latency(hf: MllamaForConditionalGeneration, model_dir: str, processor:
         rows["HF torch float32"] = hf_side(hf, processor, images, prompts)
         if bf16:
             rows["HF torch bfloat16"] = hf_side(copy.deepcopy(hf).to(torch.bfloat16), processor, images, prompts)
-        times: dict[str, list[list[float]]] = {row: [[] for _ in fns] for row, fns in rows.items()}
-        for round_ in range(repeats + 1):
-            for row, fns in rows.items():
-                for column, fn in enumerate(fns):
-                    start = time.perf_counter()
-                    fn()
-                    if round_:
-                        times[row][column].append(time.perf_counter() - start)
+        seconds = rounds(rows, repeats)
     finally:
         close_device(device)
-    return {row: [1000 * statistics.median(t) for t in columns] for row, columns in times.items()}
-
-
-class StepStamps(LogitsProcessor):
-    """Stamps every call: HF's first comes after the prefill forward, each next one after a decode step."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        self.times.append(time.perf_counter())
-        return scores
+    return {row: [1000 * t for t in columns] for row, columns in seconds.items()}
 
 
 Run = tuple[float, float, list[list[int]]]  # decode s per step of the whole batch, end-to-end s, tokens per request
@@ -232,11 +219,9 @@ def run_hf(hf: MllamaForConditionalGeneration, processor: Any, requests: list[di
         inputs = {"input_ids": torch.tensor(prompts)}
         if "multi_modal_data" in requests[rows[0]]:
             inputs = hf_inputs(processor, prompts, [requests[i]["multi_modal_data"]["image"] for i in rows], hf.config)
-        with torch.inference_mode():
-            out = hf.generate(**inputs, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                              eos_token_id=None, pad_token_id=0, logits_processor=LogitsProcessorList([stamps]))
+        out = hf_generate(hf, inputs, 0, max_tokens, stamps)
         e2e += time.perf_counter() - start
-        step += statistics.median(b - a for a, b in zip(stamps.times, stamps.times[1:]))
+        step += stamps.median_step()
         tokens.update(zip(rows, out[:, len(prompts[0]):].tolist()))
     return step, e2e, [tokens[i] for i in range(len(requests))]
 

@@ -35,11 +35,10 @@ from pathlib import Path
 import httpx
 import soundfile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers: the tiny BART, the server's wait
-
-from tests.server.cases import metric, save_tiny_bart  # noqa: E402
-from tt_models.audio import speech_sample  # noqa: E402
-from tt_models.testing.server_process import free_port, wait_healthy  # noqa: E402
+from tt_models.audio import speech_sample
+from tt_models.testing.metrics import metric
+from tt_models.testing.seq2seq import save_tiny_bart
+from tt_models.testing.server_process import free_port, wait_healthy
 
 BART, CHAT, WHISPER = "bart", "smollm2", "whisper"
 KINDS = ("chat", "completion", "stream", "disconnect", "abort", "transcription", "bad")

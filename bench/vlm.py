@@ -21,7 +21,7 @@ the two sides taking turns within each round, so load from other work on the mac
    decode step on an n150 (288 GB/s): the text decoder's weights at the profile's dtypes plus one user's KV at
    ``--bound-context`` tokens, read once per token, from the real configs' sizes (written below with their source).
 
-By default the models are the tests' tiny random configs (tests/models/*_reference.py, head_dim 32 everywhere);
+By default the models are the tests' tiny random configs (tt_models/testing/*.py, head_dim 32 everywhere);
 ``--text-width``, ``--text-layers``, ``--vision-width`` and ``--vision-layers`` scale them. Both sides run
 ``--threads`` torch threads (default 1: on 2 cores shared with other work, two threads per side mostly measure
 waits for the other core). The host backend computes ttnn's semantics op by op on the CPU: these ratios say
@@ -48,7 +48,7 @@ from typing import Any
 import torch
 import transformers
 from PIL import Image
-from transformers import AutoProcessor, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers import AutoProcessor, PreTrainedModel
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -58,12 +58,13 @@ from tt_models.models.gemma3.model import text_precision as gemma3_text_precisio
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.models.qwen2_5_vl.text import text_precision as qwen2_5_vl_text_precision
 from tt_models.runtime import close_device, open_device, ttnn, use
+from tt_models.testing import gemma3, qwen2_5_vl
+from tt_models.testing.images import random_image
 from tt_models.tt.image_text_generator import ImageTextGenerator
 from tt_models.tt.model_config import Precision, default_profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' tiny configs, processors and tokenizers
-from tests.models import gemma3_checkpoint, gemma3_reference, qwen2_5_vl_checkpoint, qwen2_5_vl_reference  # noqa: E402
-from tests.models.images import random_image
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the HF timing shared with mllama.py
+from hf_timing import StepStamps, hf_generate, rounds  # noqa: E402
 
 HEAD_DIM = 32  # the tests' configs' head_dim, text and vision: width flags change the number of heads
 BLOCK = 32
@@ -119,7 +120,7 @@ class Family:
 def qwen2_5_vl_build(text: dict, vision: dict) -> PreTrainedModel:
     if "hidden_size" in text:
         vision = vision | {"out_hidden_size": text["hidden_size"]}  # the merger projects to the text width
-    return qwen2_5_vl_reference.tiny_qwen2_5_vl(0, text=text, **vision)
+    return qwen2_5_vl.tiny_qwen2_5_vl(0, text=text, **vision)
 
 
 def qwen2_5_vl_cases(sizes: list[tuple[int, int]], config: Any) -> list[tuple[str, tuple, dict]]:
@@ -142,7 +143,7 @@ def gemma3_build(text: dict, vision: dict) -> PreTrainedModel:
     if "num_hidden_layers" in text:  # sliding and global layers take turns, as in the tests' config
         text = text | {"layer_types": ["sliding_attention", "full_attention"] * (text["num_hidden_layers"] // 2)
                        + ["sliding_attention"] * (text["num_hidden_layers"] % 2)}
-    return gemma3_reference.tiny_gemma3(0, text=text, **vision)
+    return gemma3.tiny_gemma3(0, text=text, **vision)
 
 
 def gemma3_cases(sizes: list[tuple[int, int]], config: Any) -> list[tuple[str, tuple, dict]]:
@@ -163,10 +164,10 @@ def gemma3_cases(sizes: list[tuple[int, int]], config: Any) -> list[tuple[str, t
 
 FAMILIES = {
     "qwen2_5_vl": Family("Qwen2.5-VL", Qwen2_5_VLForConditionalGeneration, qwen2_5_vl_build,
-                         qwen2_5_vl_checkpoint.tiny_processor, qwen2_5_vl_cases, qwen2_5_vl_text_precision,
+                         qwen2_5_vl.tiny_processor, qwen2_5_vl_cases, qwen2_5_vl_text_precision,
                          QWEN2_5_VL_3B,
                          [(224, 224), (448, 224), (224, 672), (448, 448)]),
-    "gemma3": Family("Gemma 3", Gemma3ForConditionalGeneration, gemma3_build, gemma3_checkpoint.tiny_processor,
+    "gemma3": Family("Gemma 3", Gemma3ForConditionalGeneration, gemma3_build, gemma3.tiny_processor,
                      gemma3_cases, gemma3_text_precision, GEMMA3_4B,
                      [(64, 64), (128, 64), (256, 64)]),
 }
@@ -197,23 +198,10 @@ def overrides(args: argparse.Namespace, family: str) -> tuple[dict, dict]:
 
 def write_checkpoint(hf: PreTrainedModel, processor: Any, path: str) -> None:
     """An HF directory the engine loads: weights, config, the processor's files (tokenizer, chat template,
-    ``preprocessor_config.json``), as tests/models/*_checkpoint.py write them."""
+    ``preprocessor_config.json``), as tt_models.testing's checkpoint writers write them."""
     hf.save_pretrained(path)
     processor.save_pretrained(path)
     processor.image_processor.save_pretrained(path)
-
-
-def rounds(sides: dict[str, list[Callable[[], None]]], repeats: int) -> dict[str, list[float]]:
-    """Side -> median seconds per column; round 0 warms up, the sides take turns within each round."""
-    times: dict[str, list[list[float]]] = {side: [[] for _ in fns] for side, fns in sides.items()}
-    for round_ in range(repeats + 1):
-        for side, fns in sides.items():
-            for column, fn in enumerate(fns):
-                start = time.perf_counter()
-                fn()
-                if round_:
-                    times[side][column].append(time.perf_counter() - start)
-    return {side: [statistics.median(t) for t in columns] for side, columns in times.items()}
 
 
 def bench_encoder(family: Family, hf: PreTrainedModel, profiles: list[str], cases: list[tuple[str, tuple, dict]],
@@ -275,25 +263,6 @@ def hf_batch(processor: Any, requests: list[Request], pad_id: int) -> tuple[dict
     return batch, [row["input_ids"][0].tolist() for row in rows]
 
 
-class StepStamps(LogitsProcessor):
-    """Stamps every call: HF's first comes after the prefill forward, each next one after a decode step."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        self.times.append(time.perf_counter())
-        return scores
-
-
-def hf_generate(hf: PreTrainedModel, batch: dict, pad_id: int, max_tokens: int,
-                stamps: StepStamps | None = None) -> torch.Tensor:
-    with torch.inference_mode():
-        return hf.generate(**batch, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
-                           eos_token_id=None, pad_token_id=pad_id,
-                           logits_processor=LogitsProcessorList([stamps] if stamps else []))
-
-
 def engine_decode(llm: LLM, requests: list[Request], max_tokens: int) -> tuple[float, list[list[int]], list[list[int]]]:
     """Median tokens/s over the engine's decode steps, the generated and the prompt tokens per request."""
     engine, step = llm.llm_engine, llm.llm_engine.step
@@ -343,7 +312,7 @@ def bench_engine(family: Family, hf: PreTrainedModel, model_dir: str, profile: s
         raise RuntimeError(f"{family.name}: the engine's prompts differ from HF's processor's")
     stamps = StepStamps()
     out = hf_generate(hf, batch, pad_id, args.max_tokens, stamps)
-    hf_rate = len(batch_requests) / statistics.median(b - a for a, b in zip(stamps.times, stamps.times[1:]))
+    hf_rate = len(batch_requests) / stamps.median_step()
     hf_tokens = out[:, batch["input_ids"].shape[1]:].tolist()
     return dict(ttft=ttft, ttft_prompt_len=len(ttft_prompts["HF"][0]), decode=(ours_rate, hf_rate),
                 same=sum(a == b for a, b in zip(ours_tokens, hf_tokens)), prompt_lens=sorted(map(len, hf_prompts)))

@@ -1,8 +1,9 @@
 """Long-form transcription against HF transformers' own long-form ``generate`` (sequential seek, float32) on the
-same weights and audio: the recording of tests/speech (pieces of the real call and espeak-ng sentences at known
-places, 1.5 s pauses, a -60 dBFS noise floor; about 4 minutes, or 55 s with --short; as 16-bit WAV samples, as
-the tests send it). Prints both WERs, each piece's boundary offsets (the engine's segments with the default
-vad=True, Whisper's own timestamps read from the same segments' tokens, and HF's), and the engine's segments.
+same weights and audio: the tests' recording (``tt_models.testing.long_recording``: pieces of the real call and
+espeak-ng sentences at known places, 1.5 s pauses, a -60 dBFS noise floor; about 4 minutes, or 55 s with --short;
+as 16-bit WAV samples, as the tests send it). Prints both WERs, each piece's boundary offsets (the engine's
+segments with the default vad=True, Whisper's own timestamps read from the same segments' tokens, and HF's), and the
+engine's segments.
 
     .venv/bin/python bench/whisper_long_form.py [--model whisper-tiny.en] [--optimizations accuracy] [--short]
 """
@@ -10,19 +11,17 @@ vad=True, Whisper's own timestamps read from the same segments' tokens, and HF's
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the recording is the tests' (tests/speech)
-
-from tests.speech.longform import (LAYOUT, LONG_LAYOUT, SAMPLE_RATE, boundary_offsets, hf_long_form,  # noqa: E402
-                                   long_recording, stray_segments, through_wav)
-from tt_models import LLM  # noqa: E402
-from tt_models.audio import word_error_rate  # noqa: E402
-from tt_models.speech.timestamps import TIME_PRECISION  # noqa: E402
-from tt_models.speech.transcribe import HOP_LENGTH  # noqa: E402
+from tt_models import LLM
+from tt_models.audio import word_error_rate
+from tt_models.speech.timestamps import TIME_PRECISION
+from tt_models.speech.transcribe import HOP_LENGTH
+from tt_models.testing.hf_whisper import hf_long_form
+from tt_models.testing.long_recording import (LAYOUT, LONG_LAYOUT, SAMPLE_RATE, boundary_offsets, long_recording,
+                                              stray_segments, through_wav)
 
 
 def whisper_times(segment, timestamp_begin: int) -> tuple[float, float]:

@@ -16,6 +16,8 @@ difference was 4.2 times that root mean square (real Whisper, bfloat8_b), the ot
 leaves room above that and still refuses a flip where the reference was sure. Where only top-5 logprobs are at hand
 (the engine's outputs), the bound is ``NEAR_TIE``, for tiny random models whose logits the precision profiles move
 by hundredths (margins of 0.0004 to 0.053 seen there).
+
+Tensors (logits, activations) against HF's are compared by their Pearson correlation, :func:`pcc`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ import torch
 
 NOISE_SIGMAS = 6.0
 NEAR_TIE = 0.1
+
+
+def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation of two tensors' values (fp64)."""
+    a, b = a.flatten().double(), b.flatten().double()
+    return torch.corrcoef(torch.stack([a, b]))[0, 1].item()
 
 
 def top5(row: torch.Tensor) -> dict[int, float]:

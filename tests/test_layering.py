@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("engine",),  # the vLLM-style engine and its offline LLM
     ("speech", "disagg"),  # long-form transcription over the engine; encoder disaggregation
     ("server",),  # the OpenAI server
-    ("testing",),  # what tests and benches share (checkpoints they write, a server process's port and wait)
+    ("testing",),  # what tests and benches share (tiny models and checkpoints, recordings, a server process's port)
     ("__init__",),  # the public API (``tt_models.LLM``, ...): nothing inside imports it
 ]
 LAYER = {name: index for index, layer in enumerate(LAYERS) for name in layer}

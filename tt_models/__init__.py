@@ -16,9 +16,9 @@ _API = {
     "StructuredOutputsParams": "tt_models.engine.structured_output",
     "RequestOutput": "tt_models.engine.outputs",
     "CompletionOutput": "tt_models.engine.outputs",
-    "TextPrompt": "tt_models.engine.inputs",
-    "TokensPrompt": "tt_models.engine.inputs",
-    "ExplicitEncoderDecoderPrompt": "tt_models.engine.inputs",
+    "TextPrompt": "tt_models.engine.prompts",
+    "TokensPrompt": "tt_models.engine.prompts",
+    "ExplicitEncoderDecoderPrompt": "tt_models.engine.prompts",
     "detect_language": "tt_models.speech",
 }
 __all__ = sorted(_API)

@@ -14,11 +14,10 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, MllamaConfig
 from transformers.models.mllama.image_processing_pil_mllama import MllamaImageProcessorPil
 
-from tests.models.images import random_image
-from tests.models.mllama_checkpoint import tiny_llama3_tokenizer, write_tiny_mllama_checkpoint
-from tests.models.mllama_reference import tiny_mllama
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.testing.images import random_image
+from tt_models.testing.mllama import tiny_llama3_tokenizer, tiny_mllama, write_tiny_mllama_checkpoint
 
 # transformers 5 name prefix -> the hub checkpoints' (convert_mllama_weights_to_hf.py's output names).
 HUB_NAMES = {"model.language_model.": "language_model.model.", "lm_head.": "language_model.lm_head.",

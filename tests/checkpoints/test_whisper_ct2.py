@@ -9,7 +9,8 @@ from transformers import WhisperConfig, WhisperForConditionalGeneration
 
 from tt_models.audio import normalize_english, speech_sample, word_error_rate
 from tt_models.checkpoints import load_hf_checkpoint, read_ct2_model, whisper_base_path, whisper_tiny_en_path
-from tt_models.checkpoints.whisper_ct2 import is_ct2_directory, model_bin_files, whisper_dimensions
+from tt_models.checkpoints.ct2_model_bin import is_ct2_directory
+from tt_models.checkpoints.whisper_ct2 import model_bin_files, whisper_dimensions
 from tt_models import package_data
 
 F32, I8, I16, F16, BF16 = 0, 1, 2, 4, 5

@@ -14,14 +14,14 @@ import pytest
 import torch
 from transformers import AutoConfig, GenerationConfig, GenerationMixin, WhisperConfig, WhisperForConditionalGeneration
 
-from tests.models.hf_reference import pcc
-from tests.models.seq2seq_reference import SIZES, WHISPER, encoder_input, tiny_seq2seq
+from tests.closeness import pcc
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models import LLM
 from tt_models.audio import speech_sample
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.engine.sampling import SamplingParams
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration as TTWhisper
+from tt_models.testing.seq2seq import SIZES, WHISPER, encoder_input, tiny_seq2seq
 
 SAMPLE_RATE = 16000
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64

@@ -81,9 +81,9 @@ def run_demo(model_dir, monkeypatch, capsys) -> tuple[list, str]:
 
 def write_checkpoint(name: str, path: Path) -> int:
     """The tiny checkpoint ``name`` in ``path``; returns the id of its image tokens in an expanded prompt."""
-    from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
-    from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
-    from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
+    from tt_models.testing.gemma3 import write_tiny_gemma3_checkpoint
+    from tt_models.testing.mllama import write_tiny_mllama_checkpoint
+    from tt_models.testing.qwen2_5_vl import write_tiny_qwen2_5_vl_checkpoint
 
     write = {"mllama": write_tiny_mllama_checkpoint, "qwen2.5-vl": write_tiny_qwen2_5_vl_checkpoint,
              "gemma3": write_tiny_gemma3_checkpoint}[name]

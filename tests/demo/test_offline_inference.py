@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.seq2seq_reference import tiny_seq2seq
 from tt_models.testing.chat_checkpoints import write_tiny_chat_checkpoint
+from tt_models.testing.seq2seq import tiny_seq2seq
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

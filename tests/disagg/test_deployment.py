@@ -17,9 +17,10 @@ import torch
 from tests.disagg.deployment import (BART, TRANSFER_TIMEOUT, WHISPER, bart_prompts, proxy, run_workload, serve,
                                      speech_clips)
 from tests.disagg.redis_server import RedisServer
-from tests.server.cases import metric, save_tiny_bart
 from tt_models.audio import speech_sample
 from tt_models.disagg.broker import Broker, Metadata
+from tt_models.testing.metrics import metric
+from tt_models.testing.seq2seq import save_tiny_bart
 
 # Several server processes with time bounds on failures: they run alone, after the parallel part of the suite.
 pytestmark = [pytest.mark.slow, pytest.mark.alone]

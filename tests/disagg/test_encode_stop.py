@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from tests.server.cases import save_tiny_bart
 from tt_models import SamplingParams
 from tt_models.disagg.broker import Broker
 from tt_models.disagg.encode_engine import EncodeEngine, Stage
 from tt_models.disagg.prefill_decode import attach_encoder_inbox
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
+from tt_models.testing.seq2seq import save_tiny_bart
 
 # 300+ encoder tokens each, all alike: in the smallest pool (17 blocks) three outputs fit beside one request's self
 # blocks, and the fourth fits where one of them was.

@@ -7,9 +7,6 @@ from __future__ import annotations
 import pytest
 
 from tests.disagg.test_transfer import assert_all_free, run
-from tests.models.images import random_image
-from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
-from tests.models.mllama_reference import IMAGE_TOKEN
 from tt_models import SamplingParams
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.disagg.broker import Broker
@@ -17,6 +14,8 @@ from tt_models.disagg.encode_engine import EncodeEngine
 from tt_models.disagg.prefill_decode import attach_encoder_inbox
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
+from tt_models.testing.images import random_image
+from tt_models.testing.mllama import IMAGE_TOKEN, write_tiny_mllama_checkpoint
 
 CONFIG = EngineConfig(max_num_seqs=4, block_size=32, max_model_len=96)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=1)

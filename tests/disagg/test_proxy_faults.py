@@ -18,9 +18,10 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tests.server.cases import ServerThread, metric
+from tests.server.cases import ServerThread
 from tt_models.disagg import proxy as proxy_module
 from tt_models.disagg.proxy import _DOWN_SECONDS, Proxy, create_proxy_app
+from tt_models.testing.metrics import metric
 from tt_models.testing.server_process import free_port
 
 MODEL = "whisper"

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from tests.disagg.redis_server import RedisServer
-from tests.server.cases import save_tiny_bart
 from tt_models import SamplingParams
 from tt_models.disagg.broker import Broker, Metadata
 from tt_models.disagg.encode_engine import EncodeEngine
@@ -18,6 +17,7 @@ from tt_models.disagg.prefill_decode import attach_encoder_inbox
 from tt_models.disagg.routing import TransferError
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
+from tt_models.testing.seq2seq import save_tiny_bart
 
 PROMPTS = ["Hello world", "The quick brown fox", "A longer prompt that spans a few more tokens than the others do",
            "Zebra"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.hf_reference import tiny_model
-from tests.models.seq2seq_reference import tiny_seq2seq
+from tt_models.testing.llama import tiny_model
+from tt_models.testing.seq2seq import tiny_seq2seq
 
 pytestmark = pytest.mark.mock
 ROOT = Path(__file__).resolve().parents[2]

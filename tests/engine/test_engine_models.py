@@ -23,16 +23,16 @@ from transformers import GenerationMixin
 from transformers import WhisperForConditionalGeneration as HFWhisper
 
 from tests.closeness import NEAR_TIE, identical_prefix, top5
-from tests.models.hf_reference import tiny_model
-from tests.models.images import random_image
-from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
-from tests.models.seq2seq_reference import tiny_seq2seq
 from tests.models.test_mllama_pcc import hf_inputs
 from tt_models.audio import speech_sample
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.sampling import SamplingParams
+from tt_models.testing.images import random_image
+from tt_models.testing.llama import tiny_model
+from tt_models.testing.mllama import IMAGE_TOKEN, tiny_mllama
+from tt_models.testing.seq2seq import tiny_seq2seq
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 16

@@ -3,10 +3,10 @@
 
 import json
 
-from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.sampling import SamplingParams
+from tt_models.testing.mllama import write_tiny_mllama_checkpoint
 
 
 def test_every_generation_config_eos_stops_a_request(tmp_path):

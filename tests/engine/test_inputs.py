@@ -15,13 +15,8 @@ from transformers import BartConfig, GenerationConfig, LlamaConfig, MBartConfig,
 
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.checkpoints.whisper_ct2 import whisper_generation_config
-from tt_models.engine.inputs import (
-    ExplicitEncoderDecoderPrompt,
-    InputProcessor,
-    ProcessedInputs,
-    TextPrompt,
-    TokensPrompt,
-)
+from tt_models.engine.inputs import InputProcessor, ProcessedInputs
+from tt_models.engine.prompts import ExplicitEncoderDecoderPrompt, TextPrompt, TokensPrompt
 
 WORDS = ["<s>", "<pad>", "</s>", "<unk>", "the", "rain", "in", "spain", "falls", "mainly", "on", "hello", "world"]
 BOS, EOS = 0, 2

@@ -2,7 +2,9 @@
 
 Hand-written cases check each formula on known numbers; a hypothesis state machine runs random
 allocate / append / fork / free / free_cross / swap_out / swap_in / reset sequences against a model that
-predicts every count on its own (its own blocks and reference counts, never the manager's).
+predicts every count on its own (its own blocks and reference counts, never the manager's). It stays one module
+though long: both check the same formulas of the one manager, and a sequence the machine breaks is read against
+the case written for its formula.
 """
 
 from __future__ import annotations

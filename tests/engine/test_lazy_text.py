@@ -11,7 +11,8 @@ from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import ProcessedInputs
 from tt_models.engine.request import Request, Sequence
-from tt_models.engine.sampling import SamplingParams, check_stop_tokens
+from tt_models.engine.sampling import SamplingParams
+from tt_models.engine.stop_checks import check_stop_tokens
 
 NEVER = "\x00never\x00"  # a stop string no output contains: it only makes the sequence detokenize every token
 

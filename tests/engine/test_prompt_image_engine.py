@@ -16,12 +16,12 @@ import pytest
 from PIL import Image
 from transformers import AutoProcessor
 
-from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
-from tests.models.images import random_image
 from tests.models.prompt_image_direct import chat_inputs, greedy_direct
-from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import close_device, open_device
+from tt_models.testing.gemma3 import write_tiny_gemma3_checkpoint
+from tt_models.testing.images import random_image
+from tt_models.testing.qwen2_5_vl import write_tiny_qwen2_5_vl_checkpoint
 
 pytestmark = pytest.mark.slow
 SIZES = dict(max_num_seqs=4, block_size=32, max_model_len=256)

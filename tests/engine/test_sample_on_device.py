@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from tests.engine.paged_hash_model import PagedHashModel, checkpoint
-from tests.models.hf_reference import tiny_model
-from tests.models.seq2seq_reference import tiny_seq2seq
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.sampling import SamplingParams
+from tt_models.testing.llama import tiny_model
+from tt_models.testing.seq2seq import tiny_seq2seq
 
 pytestmark = pytest.mark.slow
 TOKENS = 12

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from tt_models.engine.sampler import (BLOCK, Sampler, _distinct_top_k, _exp_sums, _scaled_rows, _top_k_in_blocks,
-                                      argmax_rows, block_maxima, top_k)
+from tt_models.engine.largest_logits import BLOCK, _distinct_top_k, _top_k_in_blocks, argmax_rows, block_maxima, top_k
+from tt_models.engine.logits_rows import scaled_rows
+from tt_models.engine.logprobs import exp_sums
+from tt_models.engine.sampler import Sampler
 from tt_models.engine.sampling import RowState, SamplingParams
 
 VOCAB = 64 * BLOCK
@@ -72,7 +74,7 @@ def test_top_k_divides_where_it_reads_as_the_divided_copy(ties):
     logits = logits_with(7, ties=ties)
     rows, temperatures = [3, 1, 4], [0.7, 1.0, 1.3]
     values, ids = top_k(logits, 20, rows, temperatures, block_maxima(logits, rows))
-    copy_values, copy_ids = top_k(_scaled_rows(logits, rows, temperatures), 20)
+    copy_values, copy_ids = top_k(scaled_rows(logits, rows, temperatures), 20)
     assert torch.equal(values, copy_values)
     if not ties:  # (with ties, which of equal values comes back may differ)
         assert torch.equal(ids, copy_ids)
@@ -81,7 +83,7 @@ def test_top_k_divides_where_it_reads_as_the_divided_copy(ties):
 def test_log_normalizers_a_row_at_a_time_are_the_batched_ones():
     values = logits_with(3).numpy()
     rows = [5, 2, 2, 0]
-    shifts, sums = _exp_sums(values, rows)
+    shifts, sums = exp_sums(values, rows)
     picked = values[rows]
     assert np.array_equal(shifts, picked.max(axis=1))
     assert np.array_equal(sums, np.exp(picked - shifts[:, None]).sum(axis=1))

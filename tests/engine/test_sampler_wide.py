@@ -14,7 +14,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tt_models.engine.sampler import BLOCK, Sampler, _draw_rows, _nucleus, _scaled_rows, _top_k_kept, argmax_rows, top_k
+from tt_models.engine.largest_logits import BLOCK, argmax_rows, top_k
+from tt_models.engine.logits_rows import scaled_rows
+from tt_models.engine.random_sampling import _draw_rows, _nucleus, _top_k_kept
+from tt_models.engine.sampler import Sampler
 from tt_models.engine.sampling import RowState, SamplingParams
 
 
@@ -196,4 +199,4 @@ def test_rows_picked_where_they_are_equal_the_copied_ones():
     assert torch.equal(argmax_rows(logits, [3, 0, 3]), logits.argmax(dim=-1)[[3, 0, 3]])
     temperatures = [0.7, 1.0, 1.3]
     expected = logits[[4, 1, 3]].div_(torch.tensor(temperatures)[:, None])
-    assert torch.equal(_scaled_rows(logits, [4, 1, 3], temperatures), expected)
+    assert torch.equal(scaled_rows(logits, [4, 1, 3], temperatures), expected)

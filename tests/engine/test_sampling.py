@@ -12,8 +12,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig
 
+from tt_models.engine.logits_processors import LogitsRules
 from tt_models.engine.sampler import Sampler
-from tt_models.engine.sampling import LogitsRules, RowState, SamplingParams, check_stop
+from tt_models.engine.sampling import RowState, SamplingParams
+from tt_models.engine.stop_checks import check_stop
 
 
 def row(prompt=(), output=(), eos=None, **params) -> RowState:

@@ -128,7 +128,7 @@ def test_matmul_computes_repeated_rows_once_with_the_full_products_bits(k, n, th
 def test_decode_attention_computes_a_repeated_user_once_with_the_same_bits(monkeypatch):
     """Users whose query repeats the last user's over the same key set (a decode tile's padding rows) take its
     products; every row is what computing each user's own gives, bit for bit."""
-    attention = importlib.import_module("tt_models.runtime.host.attention")
+    attention = importlib.import_module("tt_models.runtime.host.decode_attention")
     g = torch.Generator().manual_seed(11)
     batch, kv_heads, group, length, dim = 12, 2, 3, 96, 32
     keys, values = torch.randn(3, kv_heads, length, dim, generator=g), torch.randn(3, kv_heads, length, dim,

@@ -1,6 +1,9 @@
 """The host backend's general ops (data movement, eltwise, matmul, normalization, embedding) against
 ttnn 0.81.1's own torch golden functions, run on the same (already dtype-rounded) inputs.
 
+It stays one module though long: every section holds its ops to their goldens with the one ``assert_matches`` and
+the tolerances below, so split, its parts would share everything but their lists of ops.
+
 Tolerances, on the output dtype (the host computes in fp32 and rounds once, as the device's packer does):
 - float32: rtol 1e-5, atol 1e-5 x max|expected|, PCC >= 0.99999;
 - bfloat16: rtol 1.6e-2 (a bit over 2 bf16 ulps), atol 1e-2 x max|expected|, PCC >= 0.9999;

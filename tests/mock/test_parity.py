@@ -1,9 +1,10 @@
 """The host backend against the real ttnn on a mock device, op call by op call.
 
-Every case in :mod:`tests.mock.cases` runs with the same arguments on both: the outputs must agree in
-shape, padded shape, dtype, layout and memory config (values are not compared: the mock device reads
-back zeros), and every invalid call must be rejected on both by the check the case names: the host with a
-``TTFatal`` naming the op and the condition, the real ttnn with a ``TT_FATAL`` on that condition.
+Every case in :mod:`tests.mock.valid_cases` and :mod:`tests.mock.invalid_cases` runs with the same arguments
+on both: the outputs must agree in shape, padded shape, dtype, layout and memory config (values are not
+compared: the mock device reads back zeros), and every invalid call must be rejected on both by the check the
+case names: the host with a ``TTFatal`` naming the op and the condition, the real ttnn with a ``TT_FATAL`` on
+that condition.
 """
 
 import json
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import ttnn
 
-from tests.mock import cases, mesh_parity
+from tests.mock import cases, invalid_cases, mesh_parity, valid_cases
 from tt_models.runtime import close_device, host, open_device
 from tt_models.runtime.host.errors import TTFatal
 
@@ -24,14 +25,14 @@ pytestmark = pytest.mark.mock
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("case", cases.VALID, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("case", valid_cases.VALID, ids=lambda c: c.__name__)
 def test_outputs_match(case, mock_device, host_device):
     expected = cases.describe_all(case(ttnn, mock_device))
     assert cases.describe_all(case(host, host_device)) == expected
 
 
 @pytest.mark.parametrize("backend", ["mock", "host"])
-@pytest.mark.parametrize("case", cases.INVALID, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("case", invalid_cases.INVALID, ids=lambda c: c.__name__)
 def test_invalid_call_raises(case, backend, request):
     """Rejected by the check the case names: any other error (torch's own shape errors are RuntimeErrors too)
     would let a missing or misplaced check pass unnoticed."""

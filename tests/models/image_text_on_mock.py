@@ -10,10 +10,11 @@ from typing import Any
 
 import torch
 
-from tests.models import board_runs, gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl
-from tests.models.images import random_image
+from tests.models import board_runs
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
+from tt_models.testing import gemma3, qwen2_5_vl
+from tt_models.testing.images import random_image
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 2, 32, 4, 2
 SHAPES = [(1, 1, gemma3.VOCAB), (MAX_BATCH, 1, gemma3.VOCAB)]  # prefill's and decode's logits (both vocabularies 512)

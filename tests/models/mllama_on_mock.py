@@ -1,16 +1,16 @@
 """Run Llama 3.2 Vision's vision encoder, prefill and decode on the mock device (real ttnn validation).
 
 ``python -m tests.models.mllama_on_mock BOARD CONFIG:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (CONFIG: a name of
-:data:`~tests.models.mllama_reference.CONFIGS`; one board per process, see :mod:`tests.models.board_runs`). Prints one
+:data:`~tt_models.testing.mllama.CONFIGS`; one board per process, see :mod:`tests.models.board_runs`). Prints one
 ``ok`` line per case with its output shapes.
 """
 
 import torch
 
 from tests.models import board_runs
-from tests.models.images import random_image
-from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.testing.images import random_image
+from tt_models.testing.mllama import IMAGE_TOKEN, tiny_mllama
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 24, 2
 

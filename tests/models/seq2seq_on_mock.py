@@ -7,7 +7,7 @@
 import torch
 
 from tests.models import board_runs
-from tests.models.seq2seq_reference import ALL_CASES, encoder_input, tiny_seq2seq
+from tt_models.testing.seq2seq import ALL_CASES, encoder_input, tiny_seq2seq
 
 MAX_BATCH, BLOCK = 4, 32
 

@@ -12,15 +12,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.models.gemma3_reference import processed, prompt, tiny_gemma3
-from tests.models.hf_reference import tiny_model
-from tests.models.images import random_image
-from tests.models.mllama_reference import tiny_mllama
 from tests.models.test_decode_trace import BLOCK, MAX_BATCH, MAX_LEN, NUM_BLOCKS, STEADY, _kv, build
 from tests.models.vllm_driver import Request, VllmDriver
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.gemma3.text import rope_config
 from tt_models.runtime import ttnn, use
+from tt_models.testing.gemma3 import processed, prompt, tiny_gemma3
+from tt_models.testing.images import random_image
+from tt_models.testing.llama import tiny_model
+from tt_models.testing.mllama import tiny_mllama
 from tt_models.tt.decode_inputs import to_device
 from tt_models.tt.model_config import DecoderArgs
 from tt_models.tt.rope import RotarySetup, RotaryTable, rotary_index

@@ -13,18 +13,18 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
-from tests.models.hf_reference import tiny_model
-from tests.models.images import random_image
-from tests.models.images import random_image as qwen_image
-from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
-from tests.models.qwen2_5_vl_reference import processed, prompt, tiny_qwen2_5_vl
-from tests.models.seq2seq_reference import CASES as SEQ2SEQ, SIZES, encoder_input, tiny_seq2seq
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.bart.generator import BartForConditionalGeneration as TTBart
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.runtime import use
+from tt_models.testing.images import random_image
+from tt_models.testing.images import random_image as qwen_image
+from tt_models.testing.llama import tiny_model
+from tt_models.testing.mllama import IMAGE_TOKEN, tiny_mllama
+from tt_models.testing.qwen2_5_vl import processed, prompt, tiny_qwen2_5_vl
+from tt_models.testing.seq2seq import CASES as SEQ2SEQ, SIZES, encoder_input, tiny_seq2seq
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 128
 NEW_TOKENS, JOIN_AFTER = 6, 2

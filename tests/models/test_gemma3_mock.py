@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from tests.models import board_runs, image_text_on_mock
-from tests.models.gemma3_reference import UNTILED_HEADS, VOCAB, processed, prompt, tiny_gemma3
-from tests.models.images import random_image
-from tt_models.runtime import use
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.runtime import use
+from tt_models.testing.gemma3 import UNTILED_HEADS, VOCAB, processed, prompt, tiny_gemma3
+from tt_models.testing.images import random_image
 
 pytestmark = pytest.mark.mock
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 24, 3

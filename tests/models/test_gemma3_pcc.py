@@ -24,16 +24,14 @@ import pytest
 import torch
 from transformers.models.gemma3.modeling_gemma3 import create_masks_for_vision_model, get_block_sequence_ids_for_mask
 
-from tests.closeness import rows_agree
-from tests.models.gemma3_reference import (
-    IMAGE_TOKEN, SLIDING_WINDOW, UNTILED_HEADS, hf_inputs, processed, prompt, tiny_gemma3,
-)
-from tests.models.hf_reference import pcc
-from tests.models.images import random_image
+from tests.closeness import pcc, rows_agree
 from tt_models.models.gemma3 import model as gemma3_model
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.gemma3.masks import MASKED, prefill_mask
 from tt_models.runtime import close_device, host, open_device, use
+from tt_models.testing.gemma3 import (IMAGE_TOKEN, SLIDING_WINDOW, UNTILED_HEADS, hf_inputs, processed, prompt,
+                                      tiny_gemma3)
+from tt_models.testing.images import random_image
 
 THRESHOLD = 0.99
 PROFILES = ["accuracy", "performance"]

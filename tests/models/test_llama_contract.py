@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from tests.closeness import rows_agree
-from tests.models.hf_reference import pcc, tiny_model
+from tests.closeness import pcc, rows_agree
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from tt_models.testing.llama import tiny_model
 
 CLASSES = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM}
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 24, 128

@@ -12,9 +12,9 @@ from typing import Callable
 import pytest
 
 from tests.models import board_runs
-from tests.models.hf_reference import TINY_CONFIGS, tiny_model
 from tests.models.llama_on_mock import MAX_BATCH, run
 from tt_models.runtime import close_device, open_device
+from tt_models.testing.llama import TINY_CONFIGS, tiny_model
 from tt_models.tt.model_config import PROFILES
 
 pytestmark = pytest.mark.mock

@@ -7,9 +7,10 @@ and >= 0.99 in the "performance" profile (bfloat8_b attention, bfloat4_b MLP, bf
 import pytest
 import torch
 
-from tests.models.hf_reference import TINY_CONFIGS, pcc, tiny_model
+from tests.closeness import pcc
 from tt_models.models.llama.model import LlamaModel
 from tt_models.runtime import use
+from tt_models.testing.llama import TINY_CONFIGS, tiny_model
 from tt_models.tt.kv_cache import allocate_paged_kv_cache
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.weights import to_host

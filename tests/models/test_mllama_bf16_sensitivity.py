@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import MllamaConfig, MllamaForConditionalGeneration as HFMllama
 
-from tests.models.hf_reference import pcc
+from tests.closeness import pcc
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.runtime import use
 from tt_models.tt.paged_inputs import PrefillChunk

@@ -8,14 +8,13 @@ continuation, every step's logits have PCC >= 0.99 with HF's; free-running greed
 import pytest
 import torch
 
-from tests.closeness import rows_agree
-from tests.models.hf_reference import pcc
-from tests.models.images import random_image
-from tests.models.mllama_reference import IMAGE_TOKEN, tiny_mllama
+from tests.closeness import pcc, rows_agree
 from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
 from tests.models.test_mllama_pcc import hf_inputs
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
+from tt_models.testing.images import random_image
+from tt_models.testing.mllama import IMAGE_TOKEN, tiny_mllama
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
 NEW_TOKENS = 20

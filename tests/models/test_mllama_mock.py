@@ -5,7 +5,7 @@ import pytest
 
 from tests.models import board_runs
 from tests.models.mllama_on_mock import MAX_BATCH, run
-from tests.models.mllama_reference import TEXT
+from tt_models.testing.mllama import TEXT
 
 pytestmark = pytest.mark.mock
 VOCAB = TEXT["vocab_size"]

@@ -8,13 +8,13 @@ import torch
 from transformers.models.mllama.processing_mllama import (convert_sparse_cross_attention_mask_to_dense,
                                                           get_cross_attention_token_mask)
 
-from tests.models.hf_reference import pcc
-from tests.models.images import random_image
-from tests.models.mllama_reference import IMAGE_TOKEN, image_processor, tiny_mllama
+from tests.closeness import pcc
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.mllama.images import preprocess
 from tt_models.models.mllama.vision import hf_projector_columns
 from tt_models.runtime import host, use
+from tt_models.testing.images import random_image
+from tt_models.testing.mllama import IMAGE_TOKEN, image_processor, tiny_mllama
 from tt_models.tt.paged_inputs import PrefillChunk
 
 THRESHOLD = 0.99

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.models.hf_reference import tiny_model
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_models.runtime import close_device, open_device
+from tt_models.testing.llama import tiny_model
 
 BLOCK, NUM_BLOCKS, MAX_LEN, BATCH = 32, 40, 256, 4
 FAMILIES = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM,

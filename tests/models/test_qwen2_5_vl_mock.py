@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from tests.models import board_runs, image_text_on_mock
-from tests.models.images import random_image
-from tests.models.qwen2_5_vl_reference import VOCAB, processed, prompt, tiny_qwen2_5_vl
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
+from tt_models.testing.images import random_image
+from tt_models.testing.qwen2_5_vl import VOCAB, processed, prompt, tiny_qwen2_5_vl
 
 pytestmark = pytest.mark.mock
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 24, 3

@@ -18,16 +18,13 @@ import pytest
 import torch
 from transformers.vision_utils import get_vision_window_index
 
-from tests.closeness import rows_agree
-from tests.models.hf_reference import pcc
-from tests.models.qwen2_5_vl_reference import (
-    IMAGE_TOKEN, hf_inputs, processed, prompt, tiny_qwen2_5_vl,
-)
-from tests.models.images import random_image
+from tests.closeness import pcc, rows_agree
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.models.qwen2_5_vl.rope_index import mrope_positions
 from tt_models.models.qwen2_5_vl.vision import VisionArgs, VisionTower
 from tt_models.runtime import host, use
+from tt_models.testing.images import random_image
+from tt_models.testing.qwen2_5_vl import IMAGE_TOKEN, hf_inputs, processed, prompt, tiny_qwen2_5_vl
 from tt_models.tt.model_config import Precision
 
 THRESHOLD = 0.99

@@ -10,11 +10,10 @@ import pytest
 import torch
 from transformers import GenerationMixin
 
-from tests.closeness import rows_agree
-from tests.models.hf_reference import pcc
-from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
+from tests.closeness import pcc, rows_agree
 from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tt_models.testing.seq2seq import CASES, encoder_input, tiny_seq2seq
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
 NEW_TOKENS = 24

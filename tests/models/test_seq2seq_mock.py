@@ -6,7 +6,7 @@ import pytest
 
 from tests.models import board_runs
 from tests.models.seq2seq_on_mock import expected, run
-from tests.models.seq2seq_reference import CASES
+from tt_models.testing.seq2seq import CASES
 from tt_models.tt.model_config import PROFILES
 
 pytestmark = pytest.mark.mock

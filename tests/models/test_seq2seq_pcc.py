@@ -5,9 +5,9 @@ K/V written to the paged cache, every decoder layer and the logits, PCC >= 0.99 
 import pytest
 import torch
 
-from tests.models.hf_reference import pcc
-from tests.models.seq2seq_reference import CASES, encoder_input, tiny_seq2seq
+from tests.closeness import pcc
 from tt_models.runtime import host, use
+from tt_models.testing.seq2seq import CASES, encoder_input, tiny_seq2seq
 from tt_models.tt.paged_inputs import PrefillChunk
 
 THRESHOLD = 0.99

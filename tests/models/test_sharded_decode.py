@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from tests.models.families_on_mock import SEQ2SEQ
-from tests.models.hf_reference import tiny_model
 from tests.models.seq2seq_on_mock import expected
 from tests.models.test_llama_mock import SHAPES as LLAMA_SHAPES
 from tests.models.test_mllama_mock import EXPECTED as MLLAMA_SHAPES
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.llama.model import LlamaModel
 from tt_models.runtime import host, ttnn, use
+from tt_models.testing.llama import tiny_model
 from tt_models.tt.decode_configs import Board, DecodeConfigs, DramShardedMatmul
 
 ROOT = Path(__file__).resolve().parents[2]

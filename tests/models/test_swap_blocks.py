@@ -8,10 +8,10 @@ block to another block id moves its values exactly. On the mock device the real 
 import pytest
 import torch
 
-from tests.models.hf_reference import tiny_model
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.runtime import close_device, open_device
 from tt_models.runtime import host as ttnn
+from tt_models.testing.llama import tiny_model
 
 NUM_BLOCKS, BLOCK = 8, 32
 

@@ -19,18 +19,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwen2Config
 
-from tests.closeness import rows_agree
-from tests.models import gemma3_reference as gemma3, qwen2_5_vl_reference as qwen2_5_vl, seq2seq_reference
+from tests.closeness import pcc, rows_agree
 from tests.models import test_mllama_contract as mllama_contract
-from tests.models.hf_reference import pcc
-from tests.models.images import random_image
-from tests.models.mllama_reference import tiny_mllama
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.runtime import close_device, open_device
+from tt_models.testing import gemma3, qwen2_5_vl, seq2seq
+from tt_models.testing.images import random_image
+from tt_models.testing.mllama import tiny_mllama
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
 NEW_TOKENS = 10
@@ -92,7 +91,7 @@ def _seq2seq_items(hf):
     g = torch.Generator().manual_seed(5)
     items = []
     for i, (enc_len, dec_len) in enumerate(zip((45, 100, 17), (2, 5, 3))):
-        ours, hf_inputs, encoder_len = seq2seq_reference.encoder_input(hf, enc_len, seed=10 + i)
+        ours, hf_inputs, encoder_len = seq2seq.encoder_input(hf, enc_len, seed=10 + i)
         prompt = torch.randint(3, 300, (dec_len,), generator=g)
         start = hf.generation_config.decoder_start_token_id
         prompt[0] = hf.config.bos_token_id if start is None else start  # as HF generate starts MBart's decoder
@@ -177,9 +176,9 @@ def test_decoder_only_split_over_chips_matches_hf_and_one_chip(case):
 
 @pytest.mark.parametrize("case", list(SEQ2SEQ))
 def test_encoder_decoder_split_over_chips_matches_hf_and_one_chip(case):
-    hf = seq2seq_reference.tiny_seq2seq(case)
+    hf = seq2seq.tiny_seq2seq(case)
     items = _seq2seq_items(hf)
-    _check_split(SEQ2SEQ[case], lambda mesh: _generator(seq2seq_reference.TP_CASES[case][2], hf, mesh),
+    _check_split(SEQ2SEQ[case], lambda mesh: _generator(seq2seq.TP_CASES[case][2], hf, mesh),
                  lambda model, kv: _driver(model, kv, cross=True), lambda model: _requests(items), items)
 
 
@@ -193,7 +192,7 @@ def test_mllama_text_and_vision_split_over_chips_match_hf_and_one_chip(case):
     """Llama 3.2 Vision as 11B Vision runs on an n300 (TP=2) and 90B on a T3K: vision tower, projector, text layers
     and gated cross-attention split over the chips; an image row, a text-only row and a late-joining image request.
     "tp" (hidden 256, 8 heads, 2 KV heads: fewer than 4 or 8 chips) splits over 8 chips; its init keeps activations
-    where bf16 is not the limit (``mllama_reference.SCALAR_GATES_ONLY``)."""
+    where bf16 is not the limit (``tt_models.testing.mllama.SCALAR_GATES_ONLY``)."""
     name, chips = MLLAMA[case]
     hf = tiny_mllama(name=name)
     items = mllama_contract.mllama_items(hf)

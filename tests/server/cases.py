@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import io
-import re
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import soundfile
-import torch
 import uvicorn
 from fastapi import FastAPI
-from tokenizers import processors
-from transformers import BartConfig, BartForConditionalGeneration, PreTrainedTokenizerFast
 
 from tt_models import SamplingParams
 from tt_models.audio import load_audio, speech_sample
-from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.testing.server_process import free_port
@@ -85,28 +79,6 @@ def whisper_prompt(wav: bytes) -> dict:
     return {"prompt": "", "multi_modal_data": {"audio": (load_audio(wav, 16000), 16000)}}
 
 
-def save_tiny_bart(directory: Path) -> Path:
-    """A random BART with the GPT-2 byte-level BPE of Whisper tiny.en (no special tokens added on encode),
-    saved with its tokenizer as an HF directory."""
-    source = load_hf_checkpoint(WHISPER).tokenizer
-    source.save_pretrained(directory / "whisper-tokenizer")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(directory / "whisper-tokenizer" / "tokenizer.json"),
-                                        bos_token="<|startoftranscript|>", eos_token="<|endoftext|>",
-                                        pad_token="<|endoftext|>")
-    tokenizer._tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    torch.manual_seed(0)
-    config = BartConfig(vocab_size=len(tokenizer), d_model=128, encoder_layers=2, decoder_layers=2,
-                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256,
-                        decoder_ffn_dim=256, max_position_embeddings=1024, init_std=0.1,
-                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.eos_token_id,
-                        forced_eos_token_id=None)
-    path = directory / "bart"
-    BartForConditionalGeneration(config).eval().save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 class ServerThread:
     """A real uvicorn server on 127.0.0.1 in a background thread of the test process; ``loop`` as uvicorn takes it
     ("asyncio": its connections go through Python's ``socket`` module, where a test can watch them)."""
@@ -130,23 +102,6 @@ class ServerThread:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=60)
-
-
-_SAMPLE = re.compile(r'^(?P<name>[\w:]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
-
-
-def metric(text: str, name: str, default: float | None = None, **labels: str) -> float:
-    """The value of one sample of Prometheus exposition ``text``. A missing sample fails the test (a renamed or
-    vanished gauge must not read as 0), unless a ``default`` is given: a labelled counter has no sample before its
-    first increment."""
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match["name"] == name:
-            found = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
-            if all(found.get(k) == v for k, v in labels.items()):
-                return float(match["value"])
-    assert default is not None, f"no sample of {name} with {labels} in the metrics"
-    return default
 
 
 def silence_wav(seconds: float) -> bytes:

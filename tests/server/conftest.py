@@ -14,10 +14,9 @@ import httpx
 import openai
 import pytest
 
-from tests.models.mllama_checkpoint import write_tiny_mllama_checkpoint
 from tests.server.cases import (BART, BART_EXPLICIT, BART_MAX_TOKENS, BART_PROMPTS, CHATS, LLAMA, MAX_TOKENS, PROMPTS,
                                 SAMPLED, SPEECH_CONTEXT, TOKENS_PROMPT_TEXT, WHISPER, ServerThread, chat_prompt, greedy,
-                                offline_generate, save_tiny_bart, speech_wavs, whisper_prompt)
+                                offline_generate, speech_wavs, whisper_prompt)
 from tests.server.image_cases import (IMAGE_MAX_TOKENS, JPEG, MLLAMA, PNG, SHORT_MAX_TOKENS, load_mllama,
                                       offline_chat)
 from tests.server.image_host import ImageHost
@@ -27,6 +26,8 @@ from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
 from tt_models.server import create_app
 from tt_models.server.media_policy import MediaPolicy
+from tt_models.testing.mllama import write_tiny_mllama_checkpoint
+from tt_models.testing.seq2seq import save_tiny_bart
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from PIL import Image
 
-from tests.models.images import random_image
 from tests.server.cases import greedy, offline_generate
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
+from tt_models.testing.images import random_image
 
 MLLAMA = "tiny-mllama"
 IMAGE_MAX_TOKENS = 12

@@ -16,9 +16,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from tests.server.cases import metric
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server import cli
+from tt_models.testing.metrics import metric
 from tt_models.testing.server_process import free_port, stop, wait_healthy
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ import time
 import openai
 import pytest
 
-from tests.server.cases import BART, BART_MAX_TOKENS, BART_PROMPTS, CHATS, LLAMA, MAX_TOKENS, PROMPTS, WHISPER, metric
+from tests.server.cases import BART, BART_MAX_TOKENS, BART_PROMPTS, CHATS, LLAMA, MAX_TOKENS, PROMPTS, WHISPER
+from tt_models.testing.metrics import metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 

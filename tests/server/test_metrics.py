@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.cases import LLAMA, metric
+from tests.server.cases import LLAMA
 from tt_models.server.metrics import (REQUEST_LATENCY_BUCKETS, TOKEN_LATENCY_BUCKETS, TTFT_BUCKETS,
                                       token_count_buckets)
+from tt_models.testing.metrics import metric
 
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"

@@ -11,8 +11,6 @@ from typing import Callable
 import openai
 import pytest
 
-from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
-from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
 from tests.server.cases import ServerThread
 from tests.server.image_cases import data_url, image_bytes, image_chat
 from tests.server.image_host import ImageHost
@@ -21,6 +19,8 @@ from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.server import create_app
 from tt_models.server.media_policy import MediaPolicy
+from tt_models.testing.gemma3 import write_tiny_gemma3_checkpoint
+from tt_models.testing.qwen2_5_vl import write_tiny_qwen2_5_vl_checkpoint
 
 pytestmark = pytest.mark.slow
 # Each model's checkpoint writer and the placeholder its prompts hold per image.

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from bench.soak import BART, Load, report, running_server, soak
-from tests.server.cases import save_tiny_bart
+from tt_models.testing.seq2seq import save_tiny_bart
 
 pytestmark = pytest.mark.soak
 

@@ -19,11 +19,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.engine.test_structured_output import write_tiny_llama
-from tests.server.cases import ServerThread, metric
+from tests.server.cases import ServerThread
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.server import create_app
 from tt_models.server.tools import ToolSettings
+from tt_models.testing.metrics import metric
 
 pytestmark = pytest.mark.slow
 MODEL, BART_MODEL = "tiny", "tiny-bart"

@@ -27,13 +27,14 @@ import numpy as np
 import pytest
 
 from tests.server.cases import ServerThread
-from tests.speech.longform import (LAYOUT, SAMPLE_RATE, LongRecording, hf_long_form, hf_model, hf_window_scores,
-                                   long_recording, through_wav)
+from tests.speech.longform import hf_window_scores
 from tt_models import LLM
 from tt_models.audio import word_error_rate
 from tt_models.engine.outputs import RequestOutput
 from tt_models.server import create_app
 from tt_models.speech import EngineBatch, LongFormTranscription, Transcript, TranscriptionOptions, split_windows
+from tt_models.testing.hf_whisper import hf_long_form, hf_model
+from tt_models.testing.long_recording import LAYOUT, SAMPLE_RATE, LongRecording, long_recording, through_wav
 
 pytestmark = pytest.mark.slow
 

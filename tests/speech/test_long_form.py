@@ -25,14 +25,16 @@ import openai
 import pytest
 
 from tests.server.cases import ServerThread
-from tests.speech.longform import (LONG_LAYOUT, SAMPLE_RATE, boundary_offsets, hf_long_form, hf_timestamps,
-                                   long_recording, stray_segments, through_wav)
+from tests.speech.longform import hf_timestamps
 from tt_models import LLM
 from tt_models.audio import word_error_rate
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server import create_app
 from tt_models.server.subtitles import Cue, srt, vtt
 from tt_models.speech import LongFormTranscription, TranscriptionOptions, run_transcriptions, split_windows
+from tt_models.testing.hf_whisper import hf_long_form
+from tt_models.testing.long_recording import (LONG_LAYOUT, SAMPLE_RATE, boundary_offsets, long_recording,
+                                              stray_segments, through_wav)
 
 pytestmark = pytest.mark.slow
 

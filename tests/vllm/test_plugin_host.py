@@ -28,12 +28,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from tests.models.hf_reference import tiny_model
 from tests.vllm.plugin_scenario import RUN_MARKER
 from tests.vllm.scenario_process import run_scenario
 from tt_models import LLM, SamplingParams
 from tt_models.runtime import mock
 from tt_models.testing.chat_checkpoints import write_smollm2_checkpoint
+from tt_models.testing.llama import tiny_model
 from tt_models.vllm import ENCODER_DECODER_WORKER
 
 pytestmark = pytest.mark.slow

@@ -29,15 +29,15 @@ import pytest
 from PIL import Image
 from transformers import AutoProcessor
 
-from tests.models.gemma3_checkpoint import write_tiny_gemma3_checkpoint
-from tests.models.qwen2_5_vl_checkpoint import write_tiny_qwen2_5_vl_checkpoint
-from tests.models.images import random_image
 from tests.models.prompt_image_direct import chat_inputs, greedy_direct
 from tests.server.image_cases import data_url
 from tests.vllm.chat_scenario import MARKER
 from tests.vllm.test_plugin_examples import RUNNER, running_servers
 from tests.vllm.test_plugin_host import inspected
 from tt_models.runtime import close_device, mock, open_device
+from tt_models.testing.gemma3 import write_tiny_gemma3_checkpoint
+from tt_models.testing.images import random_image
+from tt_models.testing.qwen2_5_vl import write_tiny_qwen2_5_vl_checkpoint
 
 pytestmark = pytest.mark.slow
 SCENARIO = Path(__file__).with_name("chat_scenario.py")

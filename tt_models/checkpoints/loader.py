@@ -46,13 +46,9 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MA
 if TYPE_CHECKING:
     from transformers import BaseImageProcessor, ProcessorMixin
 
+from tt_models.checkpoints.ct2_model_bin import is_ct2_directory
 from tt_models.checkpoints.smollm2 import smollm2_135m_instruct_path
-from tt_models.checkpoints.whisper_ct2 import (
-    is_ct2_directory,
-    load_ct2_whisper,
-    whisper_base_path,
-    whisper_tiny_en_path,
-)
+from tt_models.checkpoints.whisper_ct2 import load_ct2_whisper, whisper_base_path, whisper_tiny_en_path
 from tt_models.checkpoints.whisper_generation import completed_generation_config
 
 logger = logging.getLogger(__name__)

@@ -33,10 +33,11 @@ from tt_models.disagg.broker import WIRE_DTYPE, Broker, Metadata, Notice, Payloa
 from tt_models.disagg.connector import Connector
 from tt_models.disagg.routing import TransferError, prefill_decode_target
 from tt_models.engine.config import EngineConfig
-from tt_models.engine.inputs import ProcessedInputs, PromptType
+from tt_models.engine.inputs import ProcessedInputs
 from tt_models.engine.intake import RequestIntake
 from tt_models.engine.model_runner import generator_class
 from tt_models.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.sampling import SamplingParams
 from tt_models.runtime import close_device, open_device
 

@@ -17,7 +17,7 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 from transformers import PreTrainedTokenizerBase
 
-from tt_models.engine.inputs import PromptType, TextPrompt, TokensPrompt
+from tt_models.engine.prompts import PromptType, TextPrompt, TokensPrompt
 
 Conversation = Sequence[Mapping[str, Any]]
 

@@ -1,9 +1,9 @@
-"""Request prompts in vLLM's formats, turned into the decoder token ids and encoder inputs a generator takes.
+"""Request prompts (vLLM's formats: ``tt_models.engine.prompts``) turned into the decoder token ids and encoder
+inputs a generator takes.
 
-Prompt formats are vLLM 0.25.1's (``vllm/inputs/llm.py``): a string, a list of token ids, a ``TextPrompt``,
-a ``TokensPrompt``, and for encoder-decoder models an ``ExplicitEncoderDecoderPrompt``. The decoder prompt
-rules follow seeds/vllm-encoder-decoder-infrastructure.md section 1 ("Supported encoder/decoder prompt
-formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``, ``vllm/model_executor/models/whisper.py``):
+The decoder prompt rules follow seeds/vllm-encoder-decoder-infrastructure.md section 1 ("Supported
+encoder/decoder prompt formats") and vLLM 0.25.1 (``vllm/inputs/engine.py``,
+``vllm/model_executor/models/whisper.py``):
 
 - Decoder-only: text is tokenized with special tokens (vLLM's default ``add_special_tokens=True``); token
   ids are taken as given.
@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 import soxr
@@ -50,41 +50,13 @@ from PIL import Image
 from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase, WhisperFeatureExtractor
 from transformers.models.mllama.processing_mllama import build_string_from_input
 from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-from typing_extensions import NotRequired, TypedDict
 
 from tt_models.audio import load_audio
 from tt_models.checkpoints.whisper_generation import require_engine_fields
 from tt_models.engine.config import decoder_config, has_prompt_images, is_image_text
 from tt_models.engine.config import max_encoder_len as model_max_encoder_len
 from tt_models.engine.image_placeholders import expand, placeholder_id
-
-
-class TextPrompt(TypedDict):
-    """A text prompt (vLLM's name and keys)."""
-
-    prompt: str
-    multi_modal_data: NotRequired[Mapping[str, Any] | None]
-
-
-class TokensPrompt(TypedDict):
-    """A tokenized prompt; ``prompt`` is its text, when known, for the output."""
-
-    prompt_token_ids: list[int]
-    prompt: NotRequired[str]
-    multi_modal_data: NotRequired[Mapping[str, Any] | None]
-
-
-SingletonPrompt: TypeAlias = str | list[int] | TextPrompt | TokensPrompt
-
-
-class ExplicitEncoderDecoderPrompt(TypedDict):
-    """Both prompts of an encoder-decoder model; a ``None`` decoder prompt means the model's default."""
-
-    encoder_prompt: SingletonPrompt
-    decoder_prompt: SingletonPrompt | None
-
-
-PromptType: TypeAlias = SingletonPrompt | ExplicitEncoderDecoderPrompt
+from tt_models.engine.prompts import ParsedPrompt, PromptType, is_explicit, parse_singleton, split_encoder_decoder
 
 
 @dataclass(frozen=True)
@@ -109,29 +81,12 @@ class ProcessedInputs:
     prompt_images: dict[str, list[torch.Tensor]] | None = None
 
 
-@dataclass(frozen=True)
-class _Singleton:
-    """A parsed singleton prompt: its text and/or token ids, and its multi-modal data."""
-
-    text: str | None
-    token_ids: list[int] | None
-    multi_modal_data: Mapping[str, Any] | None
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.token_ids if self.token_ids is not None else not self.text
-
-
 MAX_IMAGES_PER_REQUEST = 1  # Llama 3.2 Vision on TT: one image's cross blocks per request
 MAX_PROMPT_IMAGES = 4  # Qwen2.5-VL and Gemma 3, as tt-models registers them with vLLM (tt_models/vllm/multimodal.py)
 
 
 def max_images_per_request(hf_config: PretrainedConfig) -> int:
     return MAX_PROMPT_IMAGES if has_prompt_images(hf_config) else MAX_IMAGES_PER_REQUEST
-
-_TEXT_KEYS = frozenset({"prompt", "multi_modal_data"})
-_TOKENS_KEYS = frozenset({"prompt_token_ids", "prompt", "multi_modal_data"})
-_EXPLICIT_KEYS = frozenset({"encoder_prompt", "decoder_prompt"})
 
 
 class InputProcessor:
@@ -204,17 +159,17 @@ class InputProcessor:
             return self._process_prompt_images(prompt)
         if self.image_token_id is not None:
             return self._process_image_text(prompt)
-        if _is_explicit(prompt):
+        if is_explicit(prompt):
             raise ValueError(f"ExplicitEncoderDecoderPrompt is for encoder-decoder models; "
                              f"{self.hf_config.model_type} is decoder-only")
-        parsed = _parse_singleton(prompt, "prompt")
+        parsed = parse_singleton(prompt, "prompt")
         self._reject_multi_modal(parsed, "prompt")
         token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=True)
         self._check_decoder_len(token_ids, "prompt")
         return ProcessedInputs(token_ids, parsed.text)
 
     def _process_encoder_decoder(self, prompt: PromptType) -> ProcessedInputs:
-        encoder, decoder = _split(prompt)
+        encoder, decoder = split_encoder_decoder(prompt)
         self._reject_multi_modal(encoder, "encoder prompt")
         encoder_ids = self._nonempty_token_ids(encoder, "encoder prompt", add_special_tokens=True)
         if len(encoder_ids) > self.max_encoder_len:
@@ -231,15 +186,15 @@ class InputProcessor:
         return ProcessedInputs(decoder_ids, decoder_text, encoder_ids, encoder.text, encoder_input, len(encoder_ids))
 
     def _process_image_text(self, prompt: PromptType) -> ProcessedInputs:
-        if _is_explicit(prompt):
+        if is_explicit(prompt):
             raise ValueError(f"{self.hf_config.model_type} takes a prompt with <|image|> tokens and "
                              "multi_modal_data={'image': ...}, not an ExplicitEncoderDecoderPrompt")
-        parsed = _parse_singleton(prompt, "prompt")
+        parsed = parse_singleton(prompt, "prompt")
         images = _images(parsed.multi_modal_data, self.hf_config.model_type)
         if parsed.token_ids is None and parsed.text and self.tokenizer is not None:
             image_token = self.tokenizer.convert_ids_to_tokens(self.image_token_id)
-            parsed = _Singleton(build_string_from_input(parsed.text, self.tokenizer.bos_token, image_token),
-                                None, parsed.multi_modal_data)
+            parsed = ParsedPrompt(build_string_from_input(parsed.text, self.tokenizer.bos_token, image_token),
+                                  None, parsed.multi_modal_data)
             token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=False)
         else:
             token_ids = self._nonempty_token_ids(parsed, "prompt", add_special_tokens=True)
@@ -255,10 +210,10 @@ class InputProcessor:
 
     def _process_prompt_images(self, prompt: PromptType) -> ProcessedInputs:
         placeholder = self.tokenizer.convert_ids_to_tokens(self.image_token_id) if self.tokenizer else "placeholder"
-        if _is_explicit(prompt):
+        if is_explicit(prompt):
             raise ValueError(f"{self.hf_config.model_type} takes a prompt with one {placeholder} per image and "
                              "multi_modal_data={'image': ...}, not an ExplicitEncoderDecoderPrompt")
-        parsed = _parse_singleton(prompt, "prompt")
+        parsed = parse_singleton(prompt, "prompt")
         images = _images(parsed.multi_modal_data, self.hf_config.model_type, MAX_PROMPT_IMAGES)
         # Gemma 3's chat template writes <bos>, which its tokenizer would add again.
         special = not (self.hf_config.model_type == "gemma3" and getattr(self.tokenizer, "chat_template", None))
@@ -278,14 +233,14 @@ class InputProcessor:
 
     def _process_whisper(self, prompt: PromptType, language: str | None, task: str | None,
                          previous_text: str | None) -> ProcessedInputs:
-        if _is_explicit(prompt):
-            encoder, decoder = _split(prompt)
+        if is_explicit(prompt):
+            encoder, decoder = split_encoder_decoder(prompt)
             if not encoder.is_empty:
                 raise ValueError("Whisper's encoder takes only audio: give the text as the decoder_prompt")
             if decoder is not None and decoder.multi_modal_data:
                 raise ValueError("The decoder prompt cannot carry multi-modal data; give the audio to the encoder")
         else:
-            encoder = _parse_singleton(prompt, "prompt")
+            encoder = parse_singleton(prompt, "prompt")
             decoder = encoder  # vLLM's Whisper request: the text is the decoder prompt, the audio the encoder's
         if decoder is None or decoder.is_empty:
             decoder_ids, decoder_text = self.whisper_prompt_ids(language, task, previous_text=previous_text), None
@@ -304,7 +259,7 @@ class InputProcessor:
 
     # ---------------------------------------------------------------------------------------- token ids
 
-    def _token_ids(self, parsed: _Singleton, what: str, add_special_tokens: bool) -> list[int]:
+    def _token_ids(self, parsed: ParsedPrompt, what: str, add_special_tokens: bool) -> list[int]:
         if parsed.token_ids is not None:
             token_ids = parsed.token_ids
         elif self.tokenizer is None:
@@ -317,7 +272,7 @@ class InputProcessor:
                              f"0 to {self.vocab_size - 1}")
         return token_ids
 
-    def _nonempty_token_ids(self, parsed: _Singleton, what: str, add_special_tokens: bool) -> list[int]:
+    def _nonempty_token_ids(self, parsed: ParsedPrompt, what: str, add_special_tokens: bool) -> list[int]:
         if parsed.is_empty:
             raise ValueError(f"The {what} is empty")
         return self._token_ids(parsed, what, add_special_tokens)
@@ -335,7 +290,7 @@ class InputProcessor:
             raise ValueError(f"The {what} (length {len(token_ids)}) plus at least one output token is longer "
                              f"than the maximum model length of {self.max_model_len}")
 
-    def _reject_multi_modal(self, parsed: _Singleton, what: str) -> None:
+    def _reject_multi_modal(self, parsed: ParsedPrompt, what: str) -> None:
         if parsed.multi_modal_data:
             raise ValueError(f"{self.hf_config.model_type} takes no multi-modal data; the {what} has "
                              f"{sorted(parsed.multi_modal_data)}")
@@ -476,59 +431,3 @@ def _language_token(language: str) -> str:
         return language
     code = TO_LANGUAGE_CODE.get(language.lower(), language.lower())
     return f"<|{code}|>"
-
-
-def _is_explicit(prompt: object) -> bool:
-    return isinstance(prompt, Mapping) and ("encoder_prompt" in prompt or "decoder_prompt" in prompt)
-
-
-def _split(prompt: PromptType) -> tuple[_Singleton, _Singleton | None]:
-    """The encoder prompt and the decoder prompt (None: the model's default) of an encoder-decoder prompt."""
-    if not _is_explicit(prompt):
-        return _parse_singleton(prompt, "encoder prompt"), None
-    unknown = sorted(set(prompt) - _EXPLICIT_KEYS)
-    if unknown:
-        raise ValueError(f"Unsupported ExplicitEncoderDecoderPrompt keys {unknown}: it takes {sorted(_EXPLICIT_KEYS)}")
-    if "encoder_prompt" not in prompt:
-        raise ValueError("An ExplicitEncoderDecoderPrompt needs an encoder_prompt")
-    decoder = prompt.get("decoder_prompt")
-    return (_parse_singleton(prompt["encoder_prompt"], "encoder prompt"),
-            None if decoder is None else _parse_singleton(decoder, "decoder prompt"))
-
-
-def _parse_singleton(prompt: object, what: str) -> _Singleton:
-    if isinstance(prompt, str):
-        return _Singleton(prompt, None, None)
-    if isinstance(prompt, list):
-        return _Singleton(None, _token_id_list(prompt, what), None)
-    if not isinstance(prompt, Mapping):
-        raise ValueError(f"The {what} must be a string, a list of token ids, a TextPrompt or a TokensPrompt; "
-                         f"got {type(prompt).__name__}")
-    if _is_explicit(prompt):
-        raise ValueError(f"The {what} cannot itself be an ExplicitEncoderDecoderPrompt")
-    if "prompt_token_ids" in prompt:
-        allowed, kind = _TOKENS_KEYS, "TokensPrompt"
-    elif "prompt" in prompt:
-        allowed, kind = _TEXT_KEYS, "TextPrompt"
-    else:
-        raise ValueError(f"The {what} has neither 'prompt' nor 'prompt_token_ids' (keys {sorted(prompt)})")
-    unknown = sorted(set(prompt) - allowed)
-    if unknown:
-        raise ValueError(f"Unsupported {kind} keys {unknown} in the {what}: it takes {sorted(allowed)}")
-    text = prompt.get("prompt")
-    if text is not None and not isinstance(text, str) or kind == "TextPrompt" and text is None:
-        raise ValueError(f"The {what}'s 'prompt' must be a string, got {type(text).__name__}")
-    multi_modal_data = prompt.get("multi_modal_data")
-    if multi_modal_data is not None and not isinstance(multi_modal_data, Mapping):
-        raise ValueError(f"multi_modal_data must be a dict of modality to data, got {type(multi_modal_data).__name__}")
-    token_ids = _token_id_list(prompt["prompt_token_ids"], what) if kind == "TokensPrompt" else None
-    return _Singleton(text, token_ids, multi_modal_data or None)
-
-
-def _token_id_list(token_ids: object, what: str) -> list[int]:
-    if not isinstance(token_ids, Sequence) or isinstance(token_ids, (str, bytes)):
-        raise ValueError(f"The {what}'s token ids must be a list of integers, got {type(token_ids).__name__}")
-    bad = [t for t in token_ids if isinstance(t, bool) or not isinstance(t, numbers.Integral)]
-    if bad:
-        raise ValueError(f"The {what}'s token ids must be integers, got {bad[0]!r}")
-    return [int(t) for t in token_ids]

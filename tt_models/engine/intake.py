@@ -10,7 +10,8 @@ from typing import Generic, TypeVar
 from tt_models.checkpoints import Checkpoint
 from tt_models.checkpoints.whisper_generation import require_engine_fields
 from tt_models.engine.config import EngineConfig, max_encoder_len
-from tt_models.engine.inputs import InputProcessor, ProcessedInputs, PromptType
+from tt_models.engine.inputs import InputProcessor, ProcessedInputs
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.sampling import SamplingParams
 
 R = TypeVar("R")  # an engine's request

@@ -12,9 +12,9 @@ from transformers import PreTrainedTokenizerBase
 
 from tt_models.engine.chat import Conversation, conversation_prompt
 from tt_models.engine.config import EngineConfig
-from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.sampling import RequestOutputKind, SamplingParams
 
 

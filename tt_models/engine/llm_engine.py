@@ -19,13 +19,14 @@ import torch
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
 from tt_models.engine.config import EngineConfig, decoder_config
 from tt_models.engine.detokenizer import IncrementalDetokenizer
-from tt_models.engine.inputs import PromptType
 from tt_models.engine.intake import RequestIntake
+from tt_models.engine.logits_processors import LogitsRules
 from tt_models.engine.model_runner import ModelRunner
 from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.request import Request, RequestStatus, Sequence
 from tt_models.engine.sampler import Sampler
-from tt_models.engine.sampling import LogitsRules, RequestOutputKind, SamplingParams
+from tt_models.engine.sampling import RequestOutputKind, SamplingParams
 from tt_models.engine.scheduler import Scheduler, SchedulerOutput
 from tt_models.engine.structured_output import GrammarCompiler
 

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 from tt_models.engine.detokenizer import IncrementalDetokenizer
 from tt_models.engine.inputs import ProcessedInputs
+from tt_models.engine.logprobs import TokenLogprobs
 from tt_models.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from tt_models.engine.sampling import RowState, SamplingParams, TokenLogprobs, check_stop
+from tt_models.engine.sampling import RowState, SamplingParams
+from tt_models.engine.stop_checks import check_stop
 from tt_models.engine.structured_output import Guide
 
 if TYPE_CHECKING:

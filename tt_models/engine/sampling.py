@@ -1,11 +1,9 @@
-"""Sampling on the host: vLLM's ``SamplingParams``, model logits rules, each row's sampling state and stop checks
-(the sampler that uses them is ``tt_models.engine.sampler``).
+"""A request's sampling: vLLM's ``SamplingParams`` and the state each request's row keeps across steps (the sampler
+that reads them is ``tt_models.engine.sampler``; the stop checks are ``tt_models.engine.stop_checks``).
 
-The model hands back float32 logits ``[B, V]`` per step and the engine picks tokens from them. Names, defaults,
-validation and the order of operations follow vLLM 0.25.1 so that requests behave as they would under
-vLLM: ``vllm/sampling_params.py`` (the parameters), ``vllm/v1/sample/sampler.py`` and ``ops/`` (the
-sampler), ``vllm/v1/core/sched/utils.py`` and ``vllm/v1/engine/detokenizer.py`` (stopping). vLLM itself is
-not imported: the engine must run without it.
+The model hands back float32 logits ``[B, V]`` per step and the engine picks tokens from them. Names, defaults and
+validation follow vLLM 0.25.1's ``vllm/sampling_params.py`` so that requests behave as they would under vLLM. vLLM
+itself is not imported: the engine must run without it.
 """
 
 from __future__ import annotations
@@ -14,9 +12,9 @@ import enum
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +47,7 @@ class SamplingParams:
     penalties, as vLLM masks them). ``logprob_token_ids`` asks for the raw logprobs of exactly those ids at
     each step, beside the sampled token's (vLLM's scoring of label tokens, e.g. Whisper's languages).
     ``extra_args`` is vLLM's field for what custom sampling code reads; here ``{"timestamps": True}`` asks for
-    Whisper's timestamp rules (:class:`TimestampRules`) on the request, ignored by models without them.
+    Whisper's timestamp rules (``logits_processors.TimestampRules``) on the request, ignored by models without them.
     ``structured_outputs`` constrains the output to a JSON schema, regex, choice or grammar
     (``tt_models.engine.structured_output``).
     """
@@ -185,116 +183,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < _SAMPLING_EPS
-
-
-def _config_get(config: Any, name: str) -> Any:
-    return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
-
-
-def take_rows(x: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
-    """``x[rows]``, a copy per row: numpy's ``take`` for host float32 (1.5x ``index_select``, 7x indexing by a list
-    over ``[B, V]``), ``index_select`` otherwise."""
-    if x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous():
-        return torch.from_numpy(np.take(x.numpy(), rows, axis=0))
-    return x.index_select(0, torch.tensor(rows, dtype=torch.int64))
-
-
-@dataclass(frozen=True)
-class TimestampRules:
-    """Whisper's timestamp decoding rules, as HF's ``WhisperTimeStampLogitsProcessor`` applies them (openai-whisper's
-    ``ApplyTimestampRules``), for the rows of requests that decode with timestamp tokens (ids from
-    ``timestamp_begin`` on, ``<|0.00|>`` in 0.02 s steps):
-
-    - ``<|notimestamps|>`` is never generated;
-    - timestamps come in pairs: after a lone timestamp, no text (only a timestamp or eos); after a pair, no
-      timestamp;
-    - timestamps never decrease, and a new segment cannot start at the previous one's start (``<|0.00|>`` twice);
-    - the first token is a timestamp of at most ``max_initial_timestamp_index`` steps (1.00 s on the hub's configs);
-    - when the timestamps together are likelier than any single text token, a timestamp is forced.
-
-    The rules see only the request's generated tokens (HF's ``begin_index`` is the decoder prompt's length).
-    """
-
-    timestamp_begin: int
-    eos_token_id: int
-    max_initial_timestamp_index: int | None = None
-
-    @classmethod
-    def from_generation_config(cls, gen_config: Any) -> TimestampRules | None:
-        """From a Whisper generation config (``no_timestamps_token_id``); None for models without timestamps."""
-        no_timestamps = _config_get(gen_config, "no_timestamps_token_id")
-        eos = _config_get(gen_config, "eos_token_id")
-        if no_timestamps is None or eos is None:
-            return None
-        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-        return cls(no_timestamps + 1, eos, _config_get(gen_config, "max_initial_timestamp_index"))
-
-    def apply(self, logits: torch.Tensor, rows: Sequence[RowState]) -> None:
-        """Apply the rules in place to the rows that asked for timestamps (nothing to do when none did).
-
-        Each row's history comes from :meth:`RowState.timestamp_history` (incremental), so the per-step cost
-        is a few masks over the timestamp rows, not a scan of their outputs."""
-        index = [i for i, r in enumerate(rows) if r.timestamps]
-        if not index:
-            return
-        begin = self.timestamp_begin
-        sub = take_rows(logits, index) if len(index) < len(rows) else logits
-        vocab = torch.arange(sub.shape[1])
-        history = torch.tensor([rows[i].timestamp_history(begin) for i in index], dtype=torch.int64)
-        last_ts, penultimate_ts, lowest, first = (history[:, k, None] for k in range(4))
-        is_timestamp = vocab >= begin
-        masked = (vocab == begin - 1)  # <|notimestamps|>
-        masked = masked | (last_ts.bool() & penultimate_ts.bool() & is_timestamp)  # a pair: text or eos next
-        masked = masked | (last_ts.bool() & ~penultimate_ts.bool() & (vocab < self.eos_token_id))  # a lone one
-        masked = masked | (is_timestamp & (vocab < lowest))  # monotonic
-        initial = ~is_timestamp
-        if self.max_initial_timestamp_index is not None:
-            initial = initial | (vocab > begin + self.max_initial_timestamp_index)
-        masked = masked | (first.bool() & initial)
-        sub.masked_fill_(masked, -math.inf)
-        logprobs = sub.log_softmax(dim=-1)
-        timestamp_mass = logprobs[:, begin:].logsumexp(dim=-1)
-        best_text = logprobs[:, :begin].max(dim=-1).values
-        sub[:, :begin].masked_fill_((timestamp_mass > best_text)[:, None], -math.inf)
-        if sub is not logits:
-            logits.index_copy_(0, torch.tensor(index), sub)
-
-
-@dataclass(frozen=True)
-class LogitsRules:
-    """A model's fixed logits rules, applied before sampling (after the penalties).
-
-    These are HF generation-config rules vLLM has no sampling parameter for: Whisper's ``suppress_tokens``
-    (never generated) and ``begin_suppress_tokens`` (not generated as the first token, e.g. a blank), applied to
-    every request, then its ``timestamps`` rules, applied to the requests that ask for them (HF's order).
-    """
-
-    suppress_tokens: tuple[int, ...] = ()
-    begin_suppress_tokens: tuple[int, ...] = ()
-    timestamps: TimestampRules | None = None
-
-    @classmethod
-    def from_generation_config(cls, gen_config: Any) -> LogitsRules:
-        """From an HF ``GenerationConfig`` (or its dict form, as vLLM keeps it); missing lists mean none."""
-        if gen_config is None:
-            return cls()
-        return cls(tuple(_config_get(gen_config, "suppress_tokens") or ()),
-                   tuple(_config_get(gen_config, "begin_suppress_tokens") or ()),
-                   TimestampRules.from_generation_config(gen_config))
-
-    @property
-    def is_empty(self) -> bool:
-        """No rule changes any logit (timestamp rules change only rows that ask for them)."""
-        return not (self.suppress_tokens or self.begin_suppress_tokens)
-
-    def apply(self, logits: torch.Tensor, num_generated: Sequence[int]) -> None:
-        """Set the suppressed logits of each row to -inf in place; ``num_generated[i]`` is row i's count."""
-        if self.suppress_tokens:
-            logits[:, list(self.suppress_tokens)] = -math.inf
-        if self.begin_suppress_tokens:
-            first = [i for i, n in enumerate(num_generated) if n == 0]
-            if first:
-                logits[torch.tensor(first)[:, None], torch.tensor(self.begin_suppress_tokens)] = -math.inf
 
 
 class SeenIds:
@@ -433,77 +321,3 @@ class RowState:
         if self._last_timestamp is not None:  # a segment's end may repeat as the next start, nothing lower
             lowest = self._last_timestamp if last and not penultimate else self._last_timestamp + 1
         return int(last), int(penultimate), lowest, int(not out)
-
-
-@dataclass(frozen=True)
-class TokenLogprobs:
-    """The sampled token's raw logprob and rank (1 = most likely; ties count against it, as in vLLM),
-    and the ``logprobs`` most likely ``(token, logprob)`` pairs, most likely first (all of them for -1), or
-    the pairs of the ``logprob_token_ids`` in their order."""
-
-    token_id: int
-    logprob: float
-    rank: int
-    top: list[tuple[int, float]]
-
-
-@dataclass(frozen=True)
-class SamplerOutput:
-    tokens: torch.Tensor  # [B] int64
-    logprobs: list[TokenLogprobs | None]  # None for rows that asked for none
-
-
-def check_stop_tokens(token_ids: Sequence[int], params: SamplingParams,
-                      eos_token_id: int | None) -> tuple[Literal["stop", "length"], int | None] | None:
-    """The scheduler's token checks of :func:`check_stop` alone: ``(finish reason, stop reason)`` or None."""
-    n = len(token_ids)
-    if n < params.min_tokens:
-        return None
-    last = token_ids[-1]
-    if last == eos_token_id and not params.ignore_eos and eos_token_id is not None:
-        return "stop", None
-    if last in params.stop_token_ids:
-        return "stop", last
-    if params.max_tokens is not None and n >= params.max_tokens:
-        return "length", None
-    return None
-
-
-class StopCheck(NamedTuple):
-    finished: bool
-    reason: Literal["stop", "length"] | None  # vLLM's finish_reason
-    stop_reason: int | str | None  # the stop token id or stop string; None for eos and length
-    text: str  # the output text, cut as vLLM returns it
-
-
-def check_stop(token_ids: Sequence[int], text: str, params: SamplingParams, eos_token_id: int | None,
-               new_text_len: int | None = None) -> StopCheck:
-    """Whether a request is done after its latest token, as vLLM decides it.
-
-    ``token_ids`` are the request's output tokens (at least one), ``text`` their detokenized text and
-    ``new_text_len`` how many of its trailing characters the latest token added (None: all of it). Call
-    once per generated token: stop strings are searched only where they could end in the new text, and
-    only once more than ``min_tokens`` tokens exist, as vLLM's detokenizer does.
-
-    Order: the scheduler's token checks (``v1/core/sched/utils.py::check_stop``: nothing before
-    ``min_tokens``, then eos unless ``ignore_eos``, ``stop_token_ids``, ``max_tokens`` -> "length"), then the
-    detokenizer's stop strings (``v1/engine/detokenizer.py``), which override a "length" finish. A stop token
-    ends the text before its own text unless ``include_stop_str_in_output``; a stop string likewise.
-    """
-    new = len(text) if new_text_len is None else new_text_len
-    n = len(token_ids)
-    reason, stop_reason = check_stop_tokens(token_ids, params, eos_token_id) or (None, None)
-    if reason == "stop" and not params.include_stop_str_in_output:
-        text, new = text[:len(text) - new], 0
-    if params.stop and new and n > params.min_tokens:
-        for stop_str in params.stop:
-            # vLLM's check_stop_strings: a match must end inside the new characters.
-            index = text.find(stop_str, 1 - new - len(stop_str))
-            if index == -1:
-                continue
-            reason, stop_reason = "stop", stop_str
-            if params.include_stop_str_in_output:
-                index += len(stop_str)
-            text = text[:index]
-            break
-    return StopCheck(reason is not None, reason, stop_reason, text)

@@ -19,9 +19,9 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
-from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server.engine_thread import thread_of
 from tt_models.server.errors import EngineFailed, ShuttingDown

@@ -12,9 +12,10 @@ import jinja2
 from fastapi import Request, Response
 
 from tt_models.engine.config import takes_images as model_takes_images
-from tt_models.engine.inputs import PromptType, TextPrompt, TokensPrompt, max_images_per_request
+from tt_models.engine.inputs import max_images_per_request
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import CompletionOutput, Logprob
+from tt_models.engine.prompts import PromptType, TextPrompt, TokensPrompt
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors

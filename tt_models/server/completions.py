@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Sequence
 
 from fastapi import Request, Response
 
-from tt_models.engine.inputs import PromptType
 from tt_models.engine.llm_engine import LLMEngine
 from tt_models.engine.outputs import CompletionOutput
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors

@@ -11,8 +11,8 @@ from typing import Any
 from fastapi import Request, Response
 from pydantic import BaseModel
 
-from tt_models.engine.inputs import PromptType
 from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.prompts import PromptType
 from tt_models.engine.sampling import SamplingParams
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors

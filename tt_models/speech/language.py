@@ -21,9 +21,9 @@ import torch
 from transformers import GenerationConfig
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from tt_models.engine.inputs import TokensPrompt
 from tt_models.engine.llm import LLM
 from tt_models.engine.outputs import RequestOutput
+from tt_models.engine.prompts import TokensPrompt
 from tt_models.engine.sampling import SamplingParams
 
 

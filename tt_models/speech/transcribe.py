@@ -29,8 +29,9 @@ from typing import Any, Literal
 import numpy as np
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
-from tt_models.engine.inputs import InputProcessor, TokensPrompt, audio_waveform
+from tt_models.engine.inputs import InputProcessor, audio_waveform
 from tt_models.engine.outputs import CompletionOutput, RequestOutput
+from tt_models.engine.prompts import TokensPrompt
 from tt_models.engine.sampling import SamplingParams
 from tt_models.speech.fallback import (FALLBACK_TEMPERATURES, HOT_TEMPERATURE, is_silence, needs_fallback,
                                        temperatures)

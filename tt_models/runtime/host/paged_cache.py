@@ -25,7 +25,7 @@ __all__ = ["paged_update_cache", "paged_fused_update_cache", "paged_fill_cache"]
 CACHE_DTYPES = (DataType.FLOAT32, DataType.BFLOAT16, DataType.BFLOAT8_B, DataType.BFLOAT4_B)
 
 
-# --- helpers shared with kv_cache.py and attention.py ----------------------------------------------
+# --- helpers shared with kv_cache.py and the attention modules -------------------------------------
 
 def check_page_table(page_table: Tensor, op: str, batch: int) -> torch.Tensor:
     """Validate a ``[B, nb]`` INT32 ROW_MAJOR page table (UINT16 if sharded); return its values as int64."""

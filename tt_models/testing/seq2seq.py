@@ -1,11 +1,16 @@
-"""Tiny random HF encoder-decoder models (Whisper English-only and multilingual, BART, MBart) and their inputs."""
+"""Tiny random HF encoder-decoder models (Whisper English-only and multilingual, BART, MBart) and their inputs; and a
+tiny random BART with Whisper tiny.en's tokenizer, written as an HF directory (for servers that serve one)."""
 
 from __future__ import annotations
 
-import torch
-from transformers import (BartConfig, BartForConditionalGeneration, MBartConfig, MBartForConditionalGeneration,
-                          WhisperConfig, WhisperForConditionalGeneration)
+from pathlib import Path
 
+import torch
+from tokenizers import processors
+from transformers import (BartConfig, BartForConditionalGeneration, MBartConfig, MBartForConditionalGeneration,
+                          PreTrainedTokenizerFast, WhisperConfig, WhisperForConditionalGeneration)
+
+from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.bart.generator import BartForConditionalGeneration as TTBart
 from tt_models.models.bart.generator import MBartForConditionalGeneration as TTMBart
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration as TTWhisper
@@ -62,3 +67,25 @@ def encoder_input(model: torch.nn.Module, length: int, seed: int) -> tuple[dict,
         return {"input_features": features}, {"input_features": features[None]}, config.max_source_positions
     ids = torch.randint(3, config.vocab_size, (length,), generator=g)
     return {"input_ids": ids}, {"input_ids": ids[None]}, length
+
+
+def save_tiny_bart(directory: Path) -> Path:
+    """A random BART with the GPT-2 byte-level BPE of Whisper tiny.en (no special tokens added on encode),
+    saved with its tokenizer as an HF directory."""
+    source = load_hf_checkpoint("whisper-tiny.en").tokenizer
+    source.save_pretrained(directory / "whisper-tokenizer")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(directory / "whisper-tokenizer" / "tokenizer.json"),
+                                        bos_token="<|startoftranscript|>", eos_token="<|endoftext|>",
+                                        pad_token="<|endoftext|>")
+    tokenizer._tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    torch.manual_seed(0)
+    config = BartConfig(vocab_size=len(tokenizer), d_model=128, encoder_layers=2, decoder_layers=2,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256,
+                        decoder_ffn_dim=256, max_position_embeddings=1024, init_std=0.1,
+                        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+                        forced_eos_token_id=None)
+    path = directory / "bart"
+    BartForConditionalGeneration(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

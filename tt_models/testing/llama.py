@@ -1,4 +1,5 @@
-"""Tiny random HF models to compare against, and the comparison metric."""
+"""Tiny random HF Llama-family causal LMs (Llama, Qwen2, Mistral: the configs ``tt_models.models.llama`` serves),
+to compare against."""
 
 from __future__ import annotations
 
@@ -38,9 +39,3 @@ def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
             if name_.endswith("bias"):
                 param.normal_(0, 0.5)
     return model
-
-
-def pcc(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Pearson correlation of two tensors' values (fp64)."""
-    a, b = a.flatten().double(), b.flatten().double()
-    return torch.corrcoef(torch.stack([a, b]))[0, 1].item()
