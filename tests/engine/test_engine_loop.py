@@ -171,19 +171,19 @@ def test_steps_are_all_prefill_or_all_decode():
     assert engine.stats["prefill_steps"] + engine.stats["decode_steps"] == len(engine.runner.model.calls)
 
 
-def test_running_sequences_decode_between_two_admissions():
-    """Four prompts wait while one request runs, a budget of one prompt per step: after each prefill step the running
-    sequences decode once before the next admission, instead of waiting for every prefill; and no step ends in a
-    split prompt (which would hold them through its next chunk's prefill step)."""
+def test_waiting_prompts_prefill_back_to_back_and_whole_while_sequences_decode():
+    """Four prompts wait while one request runs, a budget of one prompt and a bit per step: as in vLLM, the prefill
+    steps follow each other until every prompt is in, then all decode together; and no step ends in a split prompt
+    (each prompt runs whole, from position 0)."""
     engine = make_engine(max_num_batched_tokens=20)
     engine.add_request("first", prompt(0, 10), params(30))
     engine.step()  # its prefill
     for i in range(1, 5):
         engine.add_request(f"r{i}", prompt(i, 16), params(30))
-    for _ in range(8):
+    for _ in range(6):
         engine.step()
     model = engine.runner.model
-    assert model.calls[:9] == ["prefill", "decode"] * 4 + ["prefill"]
+    assert model.calls[:7] == ["prefill"] * 5 + ["decode"] * 2
     assert model.prefill_chunks[:5] == [[(0, 10)], [(0, 16)], [(0, 16)], [(0, 16)], [(0, 16)]]
 
 

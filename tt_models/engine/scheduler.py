@@ -10,12 +10,13 @@ As TT vLLM's runner does, a step is all prefill or all decode, never mixed. The 
    the step spends its input length of the budget (a larger one runs alone), so encoder-decoder prefills
    spread over steps and the first requests get their first token sooner. With chunked prefill the last
    sequence takes what is left of the budget and continues in later steps (``start_pos > 0``); without it,
-   a prompt runs whole.
-   After a prefill step, though, running sequences that are all ready to decode do so once before the next
-   admission: arriving prompts do not starve them, each waits at most one prefill step between two tokens.
-   (Measured, SmolLM2-135M served on the host backend, 32 streams of 158-token prompts as they end and
-   arrive: the p99 time between two tokens 2.6 -> 2.2 s, the 99th-percentile first token 14.5 -> 12.6 s,
-   output tokens/s 60 -> 65.)
+   a prompt runs whole. While sequences decode, a step does not end in a split prompt: the decodes wait for the next
+   prefill step either way, and a whole prompt is one chunk from position 0, which a prefill trace replays (a
+   resumed chunk runs eagerly). Prefill steps follow each other while requests wait and fit, as in
+   vLLM and the TT plugin's scheduler: the running sequences wait at most ``max_num_seqs`` prompts' worth of prefill
+   steps. (Letting them decode once between two admissions instead was measured and dropped: SmolLM2-135M served on
+   the host backend, 32 chat streams of 128 tokens arriving at once, every stream then waited at every prefill step,
+   and the p99 time between two tokens went from 0.77 to 1.9 s with the 99th-percentile first token unchanged.)
 2. Otherwise a decode step runs the last token of every running sequence. A sequence that needs a block
    when none is free preempts the most recently admitted request: by swapping its blocks to host memory,
    or by freeing them and recomputing it later from its tokens, which gives the same output.
@@ -66,7 +67,6 @@ class Scheduler:
         self.swapped: deque[Request] = deque()
         self.num_preemptions = 0
         self._decode_ready = False  # the last step decoded every running sequence and none needs a prefill now
-        self._prefilled = False  # the last step was a prefill step
 
     @property
     def num_unfinished(self) -> int:
@@ -98,9 +98,9 @@ class Scheduler:
         out = SchedulerOutput()
         # After a decode step without a copy-on-write every running sequence decodes again: only waiting requests
         # can make prefill work (admission), so the running ones need not be scanned.
-        decode_turn = (self._decode_ready and not self.waiting) or (self._prefilled and self._all_decode_ready())
+        decode_turn = self._decode_ready and not self.waiting
         out.scheduled = [] if decode_turn else self._prefills()
-        out.is_prefill = self._prefilled = bool(out.scheduled)
+        out.is_prefill = bool(out.scheduled)
         self._decode_ready = not out.is_prefill
         if not out.is_prefill:
             out.scheduled = self._decodes(out)
@@ -225,8 +225,7 @@ class Scheduler:
         # has swapped-out requests (they come back first). A request whose cross blocks an encode instance filled
         # already holds blocks the others may be waiting for: it is admitted whenever it fits, or they deadlock.
         blocked = {r.replica for r in self.swapped}
-        # While sequences decode, a step does not end in a split prompt: it would hold them through the prefill steps
-        # of its remaining chunks, where a whole prompt lets them decode before the next admission.
+        # While sequences decode, a step does not end in a split prompt (the module's docstring says why).
         whole_prompts = self.config.enable_chunked_prefill and self._all_decode_ready()
         for request in list(self.waiting):
             if budget <= 0:
