@@ -11,8 +11,9 @@ the model packages' classes, never does).
 
 from tt_models.models.bart.generator import BartForConditionalGeneration as BartGenerator
 from tt_models.models.bart.generator import MBartForConditionalGeneration as MBartGenerator
+from tt_models.models.gemma3.generator import Gemma3ForCausalLM
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration as Gemma3Generator
-from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration as Qwen2_5_VLGenerator
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration as WhisperGenerator
@@ -51,6 +52,7 @@ class WhisperForConditionalGeneration(WhisperGenerator, WhisperTranscription):
 
 __all__ = [
     "BartForConditionalGeneration",
+    "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
     "LlamaForCausalLM",
     "MBartForConditionalGeneration",
@@ -58,5 +60,6 @@ __all__ = [
     "MllamaForConditionalGeneration",
     "Qwen2ForCausalLM",
     "Qwen2_5_VLForConditionalGeneration",
+    "Qwen3ForCausalLM",
     "WhisperForConditionalGeneration",
 ]

@@ -1,4 +1,5 @@
-"""Run a Llama-family generator's prefill and decode paths on the mock device (real ttnn validation).
+"""Run a Llama-family (or text-only Gemma 3) generator's prefill and decode paths on the mock device (real ttnn
+validation): the checkpoint's architecture picks the class.
 
 ``python -m tests.models.llama_on_mock BOARD CHECKPOINT_DIR:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (one board per
 process, see :mod:`tests.models.board_runs`). Prints one ``ok`` line per case with its output shapes.
@@ -11,7 +12,7 @@ import torch
 from transformers import AutoConfig
 
 from tests.models import board_runs
-from tt_models.models.llama.generator import LlamaForCausalLM
+from tt_models.engine.model_runner import generator_class
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 16, 4
 
@@ -19,8 +20,8 @@ MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 4, 32, 16, 4
 def run(device, checkpoint: str, data_parallel: int, optimizations: str) -> list[tuple[int, ...]]:
     """Warm up, prefill two rows (one from a cached prefix) and decode a padded batch; the output shapes."""
     config = AutoConfig.from_pretrained(checkpoint)
-    model = LlamaForCausalLM.initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
-                                                   tt_data_parallel=data_parallel, optimizations=optimizations)
+    model = generator_class(config).initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=WIDTH * BLOCK,
+                                                          tt_data_parallel=data_parallel, optimizations=optimizations)
     args = model.models[0].args
     kv = model.allocate_kv_cache((NUM_BLOCKS, model.models[0].kv_geometry[0], BLOCK, args.head_dim), torch.bfloat16,
                                  args.n_layers)

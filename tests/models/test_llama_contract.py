@@ -1,4 +1,5 @@
-"""The Llama-family generator classes driven exactly as TT vLLM drives them (host backend).
+"""The decoder-only text generator classes (the Llama family, text-only Gemma 3) driven exactly as TT vLLM drives
+them (host backend). A class is one line of ``CASES``: its tiny HF model and the class.
 
 Teacher-forced along HF's greedy continuation (32 tokens per request), every prefill and decode step's
 logits must have PCC >= 0.99 with HF's at that position. Unused KV blocks start as NaN and must still be
@@ -11,20 +12,27 @@ from transformers import AutoConfig
 
 from tests.closeness import pcc, rows_agree
 from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
-from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from tt_models.models.gemma3.generator import Gemma3ForCausalLM
+from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+from tt_models.testing.gemma3 import tiny_gemma3_text
 from tt_models.testing.llama import tiny_model
 
-CLASSES = {"llama-gqa": LlamaForCausalLM, "qwen2-bias": Qwen2ForCausalLM, "mistral-window": MistralForCausalLM}
+# name -> (the tiny HF model, the class). Gemma 3's prompts and continuations pass its 32-token sliding window.
+CASES = {"llama-gqa": (lambda: tiny_model("llama-gqa"), LlamaForCausalLM),
+         "qwen2-bias": (lambda: tiny_model("qwen2-bias"), Qwen2ForCausalLM),
+         "qwen3-qk-norm": (lambda: tiny_model("qwen3-qk-norm"), Qwen3ForCausalLM),
+         "mistral-window": (lambda: tiny_model("mistral-window"), MistralForCausalLM),
+         "gemma3-text": (tiny_gemma3_text, Gemma3ForCausalLM)}
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 24, 128
 NEW_TOKENS = 32
 PROMPT_LENS = (20, 37, 9)
 
 
-@pytest.fixture(scope="module", params=list(CLASSES))
+@pytest.fixture(scope="module", params=list(CASES))
 def model_case(request, tmp_path_factory):
     """(name, HF model, checkpoint dir, prompts, HF greedy sequences, HF logits per sequence)."""
     name = request.param
-    hf = tiny_model(name)
+    hf = CASES[name][0]()
     path = tmp_path_factory.mktemp(name)
     hf.save_pretrained(path)
     g = torch.Generator().manual_seed(3)
@@ -41,7 +49,7 @@ def model_case(request, tmp_path_factory):
 
 def _generator(name, path, device, optimizations="accuracy"):
     config = AutoConfig.from_pretrained(path)
-    model = CLASSES[name].initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=MAX_LEN, tt_data_parallel=1,
+    model = CASES[name][1].initialize_vllm_model(config, device, MAX_BATCH, max_seq_len=MAX_LEN, tt_data_parallel=1,
                                                 optimizations=optimizations)
     args = model.models[0].args
     kv = model.allocate_kv_cache((NUM_BLOCKS, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)

@@ -55,7 +55,8 @@ def test_n150_while_a_host_device_is_open(mock_device, checkpoint):
 
 
 # One process per board (one mock board per process): TP needs configs whose widths and heads split over the chips.
-@pytest.mark.parametrize("board, config", [("n300", "qwen2-bias"), ("t3k", "qwen2-bias-tp")])
+@pytest.mark.parametrize("board, config", [("n300", "qwen2-bias"), ("t3k", "qwen2-bias-tp"), ("n300", "qwen3-qk-norm"),
+                                           ("t3k", "qwen3-qk-norm-tp")])
 def test_tensor_parallel_on_a_mesh(checkpoint, board, config):
     """A 1x2 (n300) or 1x8 (T3K) mesh: one replica tensor-parallel over every chip, or two (tt_data_parallel=2) each
     over half of them (a T3K's two 1x4 groups: its 2 KV heads are replicated on 2 chips each, on 4 chips with dp 1)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwen2Config, Qwen3Config
 
 from tests.closeness import pcc, rows_agree
 from tests.models import test_mllama_contract as mllama_contract
@@ -27,7 +27,7 @@ from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
 from tt_models.runtime import close_device, open_device
-from tt_models.testing import gemma3, qwen2_5_vl, seq2seq
+from tt_models.testing import gemma3, llama, qwen2_5_vl, seq2seq
 from tt_models.testing.images import random_image
 from tt_models.testing.mllama import tiny_mllama
 
@@ -45,10 +45,7 @@ def _decoder(config_class, heads: int, kv_heads: int, hidden: int = 256):
                               max_position_embeddings=256)
         config._attn_implementation = "eager"
         model = AutoModelForCausalLM.from_config(config).eval()
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if name.endswith("bias"):
-                    param.normal_(0, 0.5)
+        llama.perturb(model)
         return model
     return build
 
@@ -59,6 +56,8 @@ DECODERS = {
     "qwen2 bias kv 4 = chips 4": (_decoder(Qwen2Config, 8, 4), 4),
     "llama kv 2 < chips 8": (_decoder(LlamaConfig, 8, 2), 8),
     "llama 14 heads kv 2 < chips 4 padded": (_decoder(LlamaConfig, 14, 2, hidden=896), 4),
+    "qwen3 q/k norms kv 2 = chips 2": (_decoder(Qwen3Config, 8, 2), 2),
+    "qwen3 q/k norms kv 2 < chips 4": (_decoder(Qwen3Config, 8, 2), 4),
 }
 SEQ2SEQ = {"whisper-multilingual-tp": 2, "bart-tp": 4, "mbart-tp": 8}  # case -> chips
 

@@ -77,9 +77,9 @@ def inspected(path: Path, names: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2 and Mistral inspected."""
-    names = [f"{prefix}{arch}" for arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
-             for prefix in ("TT", "")]
+    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2, Qwen3 and Mistral inspected."""
+    archs = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+    names = [f"{prefix}{arch}" for arch in archs for prefix in ("TT", "")]
     return inspected(tmp_path_factory.mktemp("vllm-cache"), names)
 
 
@@ -163,7 +163,7 @@ IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_mod
 # A Llama wide enough to split over T3K's 8 chips: hidden 256, 8 heads, 8 KV heads.
 T3K_LLAMA = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
                         num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=512)
-TRACED_NAMES = ["llama-gqa", "qwen2-bias", "mistral-window", "SmolLM2-135M-Instruct"]
+TRACED_NAMES = ["llama-gqa", "qwen2-bias", "qwen3-qk-norm", "mistral-window", "SmolLM2-135M-Instruct"]
 
 
 @pytest.fixture(scope="module")
@@ -246,10 +246,10 @@ def _reference(path: Path, prompts: list[list[int]], max_tokens: int,
 
 
 def test_traced_decode_with_device_sampling(in_process_runs: dict[str, Any]) -> None:
-    """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2 and Mistral classes and SmolLM2
-    served one after another by one in-process engine with vLLM's async scheduling (the plugin's async decode): prefill
-    and decode return tokens sampled on the device (greedy: the argmax), the traces are captured at warmup, every
-    decode step is a traced ``decode_forward`` (one ``execute_trace`` each), steady steps come a step behind
+    """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2, Qwen3 and Mistral classes and
+    SmolLM2 served one after another by one in-process engine with vLLM's async scheduling (the plugin's async decode):
+    prefill and decode return tokens sampled on the device (greedy: the argmax), the traces are captured at warmup,
+    every decode step is a traced ``decode_forward`` (one ``execute_trace`` each), steady steps come a step behind
     (``reset_batch=False``: the model feeds its sampled tokens back on the device), and the tokens equal
     ``tt_models.LLM``'s (synchronous, host sampling of eager logits)."""
     runs, reports, _, stderr, references = in_process_runs["traced"]

@@ -1,6 +1,6 @@
-"""Gemma 3, tiny: a random HF Gemma 3 (SigLIP tower, projector, sliding and global layers), its image processor (PIL
-backend, 64 px) and HF's own inputs for it; and an instruct HF directory of it, laid out like the real
-``gemma-3-4b-it``, built offline.
+"""Gemma 3, tiny: a random HF Gemma 3 (SigLIP tower, projector, sliding and global layers) and its text-only model,
+its image processor (PIL backend, 64 px) and HF's own inputs for it; and an instruct HF directory of it, laid out like
+the real ``gemma-3-4b-it``, built offline.
 
 The directory's files: ``config.json`` and safetensors (``tiny_gemma3``), ``preprocessor_config.json`` (the real
 values, 64 px images) and ``processor_config.json`` (``image_seq_length`` = the config's 16 tokens an image),
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from PIL import Image
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor, GenerationConfig,
-                          PreTrainedTokenizerFast)
+from transformers import (Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3Processor,
+                          Gemma3TextConfig, GenerationConfig, PreTrainedTokenizerFast)
 from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
@@ -169,3 +169,17 @@ def write_tiny_gemma3_checkpoint(path: str | Path, seed: int = 0) -> Path:
     GenerationConfig(bos_token_id=TEXT_SPECIALS["<bos>"], pad_token_id=TEXT_SPECIALS["<pad>"],
                      eos_token_id=[eos, end_of_turn]).save_pretrained(path)
     return path
+
+
+def tiny_gemma3_text(seed: int = 0) -> Gemma3ForCausalLM:
+    """Text-only Gemma 3 (``gemma3_text``) on ``TEXT``, its norms drawn away from HF's constants as
+    :func:`tiny_gemma3`'s."""
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(**TEXT, architectures=["Gemma3ForCausalLM"])
+    config._attn_implementation = "eager"
+    model = Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(torch.randn_like(param) * 0.2)
+    return model

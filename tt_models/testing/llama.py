@@ -1,19 +1,21 @@
-"""Tiny random HF Llama-family causal LMs (Llama, Qwen2, Mistral: the configs ``tt_models.models.llama`` serves),
-to compare against."""
+"""Tiny random HF Llama-family causal LMs (Llama, Qwen2, Qwen3, Mistral: the configs ``tt_models.models.llama``
+serves), to compare against."""
 
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 COMMON = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=320,
               max_position_embeddings=512)
 
-# name -> config: MHA, GQA, Qwen2 q/k/v bias, tied embeddings, Llama-3 rope scaling, Mistral sliding window.
+# name -> config: MHA, GQA, Qwen2 q/k/v bias, Qwen3 per-head q/k norms (heads wider than hidden / heads, as Qwen3's
+# are), tied embeddings, Llama-3 rope scaling, Mistral sliding window.
 TINY_CONFIGS = {
     "llama-mha": lambda: LlamaConfig(**COMMON, num_key_value_heads=4),
     "llama-gqa": lambda: LlamaConfig(**COMMON, num_key_value_heads=2),
     "qwen2-bias": lambda: Qwen2Config(**COMMON, num_key_value_heads=2),
+    "qwen3-qk-norm": lambda: Qwen3Config(**COMMON, num_key_value_heads=2, head_dim=64),
     "llama-tied": lambda: LlamaConfig(**COMMON, num_key_value_heads=2, tie_word_embeddings=True),
     "llama3-rope-scaling": lambda: LlamaConfig(
         **COMMON, num_key_value_heads=1, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -26,6 +28,9 @@ TP_CONFIGS = {
     "qwen2-bias-tp": lambda: Qwen2Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                          num_attention_heads=8, num_key_value_heads=2, head_dim=32, vocab_size=320,
                                          max_position_embeddings=512),
+    "qwen3-qk-norm-tp": lambda: Qwen3Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                            num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=320,
+                                            max_position_embeddings=512),
 }
 
 
@@ -34,8 +39,15 @@ def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
     config = (TINY_CONFIGS | TP_CONFIGS)[name]()
     config.attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():  # HF initializes biases to zero: make them count
-        for name_, param in model.named_parameters():
-            if name_.endswith("bias"):
-                param.normal_(0, 0.5)
+    perturb(model)
     return model
+
+
+def perturb(model: torch.nn.Module) -> None:
+    """HF initializes biases to zero and Qwen3's head norms to one: make them count."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0, 0.5)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.uniform_(0.5, 1.5)

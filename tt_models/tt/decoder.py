@@ -1,4 +1,5 @@
-"""A pre-norm decoder block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))``.
+"""A pre-norm decoder block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))`` (Llama, Qwen2, Qwen3, Mistral;
+Qwen3 norms each Q and K head before the rotary).
 
 In decode the residual stream stays in ``decode.residual`` (L1 width-sharded when sharded, as tt_transformers'
 ``DECODE_RESIDUAL_MEMCFG``): each norm reshards it onto the grid of the matmul it feeds and each sublayer's output
@@ -18,6 +19,17 @@ from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.residual import pre_norm_residual
+from tt_models.tt.rope import hf_to_meta_rows
+
+
+def head_norms(state: dict[str, torch.Tensor], prefix: str, eps: float, device: Any) -> tuple[RMSNorm, RMSNorm] | None:
+    """Qwen3's RMSNorms of each Q and K head before the rotary (None for a checkpoint without them). Their weights
+    follow the Q/K rows into TT-NN's interleaved-pair order (one head's permutation)."""
+    if f"{prefix}q_norm.weight" not in state:
+        return None
+    q, k = (RMSNorm(hf_to_meta_rows(state[f"{prefix}{name}.weight"], 1), eps, device, fractured=False)
+            for name in ("q_norm", "k_norm"))
+    return q, k
 
 
 class TransformerBlock:
@@ -26,7 +38,9 @@ class TransformerBlock:
         prefix = f"{layers_prefix}{layer}."
         self.decode = decode
         self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
-        self.attention = Attention(args, state, f"{prefix}self_attn.", device, precision.attention_weights, decode)
+        attn = f"{prefix}self_attn."
+        self.attention = Attention(args, state, attn, device, precision.attention_weights, decode,
+                                   qk_norms=head_norms(state, attn, args.norm_eps, device))
         self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
         self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, decode)
 

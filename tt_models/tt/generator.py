@@ -264,6 +264,20 @@ class Generator(VllmModelInterface):
         previous step's plus one (the host's lag a step behind; :meth:`run_decode` then feeds the sampled tokens)."""
         return self.feedback.positions_of(as_torch(start_pos), sampling_params, reset_batch)
 
+    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
+                       read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
+                       output_tokens: Any = None, reset_batch: bool | None = None, **kwargs: Any) -> Any:
+        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``, or tokens ``[B]``
+        with ``sampling_params`` (device tensors when ``read_from_device`` is False: pass them to
+        :meth:`process_decode_output_host`). This default is for a replica model with ``decode_inputs(tokens,
+        positions, page_table)`` and ``decode_device(inputs, kv_cache)`` (the Llama family, text-only Gemma 3)."""
+        return self.decode_step(lambda model, rows, *host: model.decode_inputs(*host),
+                                lambda model, device_inputs, cache: model.decode_device(device_inputs, cache),
+                                tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
+                                enable_trace=enable_trace, read_from_device=read_from_device,
+                                sampling_params=sampling_params, prompt_tokens=prompt_tokens,
+                                output_tokens=output_tokens, reset_batch=reset_batch)
+
     def decode_step(self, build: DecodeBuilder, device_forward: Callable[[Any, dict[str, Any], Any], Any], *,
                     tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
                     read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,

@@ -104,8 +104,8 @@ class DecoderArgs:
 
 
 def _sliding_window(hf_config: Any) -> int | None:
-    """The attention window HF applies (Mistral always when set; Qwen2 only with ``use_sliding_window``)."""
+    """The attention window HF applies (Mistral always when set; Qwen2 and Qwen3 only with ``use_sliding_window``)."""
     window = getattr(hf_config, "sliding_window", None)
-    if hf_config.model_type == "qwen2" and not getattr(hf_config, "use_sliding_window", False):
+    if hf_config.model_type in ("qwen2", "qwen3") and not getattr(hf_config, "use_sliding_window", False):
         return None
     return window

@@ -1,5 +1,6 @@
-"""The TT vLLM generator class of Gemma 3, driven as TT vLLM's plugin (b95c050) drives an image+text model without
-M-RoPE (``research/vlm_v1.md`` section 1).
+"""The TT vLLM generator classes of Gemma 3: the image+text model, driven as TT vLLM's plugin (b95c050) drives an
+image+text model without M-RoPE (``research/vlm_v1.md`` section 1), and text-only Gemma 3 (:class:`Gemma3ForCausalLM`,
+its text decoder alone, driven as the Llama family).
 
 - ``prefill_forward(*, tokens, page_table, kv_cache, prompt_lens, start_pos, pixel_values, ...)``: ``pixel_values[i]``
   is None (a text-only row) or the row's images, one tensor per item as vLLM's processor gives them:
@@ -19,9 +20,10 @@ from typing import Any, Sequence
 
 import torch
 
-from tt_models.models.gemma3.model import Gemma3Model
+from tt_models.models.gemma3.model import Gemma3Model, text_precision
+from tt_models.models.gemma3.text import Gemma3Text, text_state
 from tt_models.runtime import ttnn, use
-from tt_models.tt.generator import as_torch
+from tt_models.tt.generator import Generator, as_torch
 from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
 
 
@@ -94,3 +96,47 @@ class Gemma3ForConditionalGeneration(ImageTextGenerator):
                                     image_rows=table_rows(is_image), image_table=table)
         ttnn.deallocate(table)
         return logits
+
+
+class Gemma3ForCausalLM(Generator):
+    """Text-only Gemma 3 (``gemma3_text``, e.g. Gemma 3 1B): the image model's text decoder alone, the same
+    :class:`~tt_models.models.gemma3.text.Gemma3Text` with the same precision."""
+
+    model_capabilities = Gemma3ForConditionalGeneration.model_capabilities
+    models: list[Gemma3Text]
+
+    @classmethod
+    def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
+                        max_seq_len: int = 4096, tt_data_parallel: int = 1,
+                        optimizations: str | None = None) -> "Gemma3ForCausalLM":
+        state = text_state(state)
+        return cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users: Gemma3Text(
+            hf_config, state, device, max_batch_size=users, max_seq_len=max_seq_len,
+            precision=text_precision(hf_config, optimizations)))
+
+    def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
+                             **kwargs: Any) -> None:
+        """Compile the prefill at one block; the page table is all ``-1``, so nothing is written to the cache."""
+        if kv_cache is None:
+            return
+        for replica, (model, device) in enumerate(zip(self.models, self.devices)):
+            block_size = kv_cache[replica][0][0].shape[2]
+            with use(device):
+                model.prefill(torch.zeros(block_size, dtype=torch.int64), 0, block_size,
+                              torch.full((1,), -1, dtype=torch.int32), kv_cache[replica])
+
+    def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
+                        enable_trace: bool = False, empty_slots: Any = None, sampling_params: Any = None,
+                        **kwargs: Any) -> Any:
+        """Logits ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``); a chunk with
+        ``start_pos > 0`` runs causally over the cached ones."""
+        tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
+        page_table = as_torch(page_table, torch.int32)
+        out = []
+        for row, (start, end, replica) in enumerate(rows):
+            with use(self.devices[replica]):
+                out.append(self.models[replica].prefill(tokens[row], start, end, page_table[row], kv_cache[replica],
+                                                        sampling_params is not None))
+        if sampling_params is not None:
+            return self.sample_prefill(out, rows, tokens, sampling_params)
+        return torch.stack(out)[:, None, :]

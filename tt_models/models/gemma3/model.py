@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 
 from tt_models.models.gemma3.projector import Projector
-from tt_models.models.gemma3.text import Gemma3Text
+from tt_models.models.gemma3.text import Gemma3Text, language_model_state
 from tt_models.models.gemma3.vision import VisionArgs, VisionTower
 from tt_models.runtime import ttnn
 from tt_models.tt.image_text import ImageTextModel, concat_tokens
@@ -36,7 +36,8 @@ class Gemma3Model(ImageTextModel):
         self.tokens_per_image = hf_config.mm_tokens_per_image
         self.projector = Projector(state, "model.multi_modal_projector.", args.patches_per_side, self.tokens_per_image,
                                    args.norm_eps, device, vision_precision.attention_weights)
-        super().__init__(Gemma3Text(hf_config.text_config, state, device, max_batch_size=max_batch_size,
+        text_state = language_model_state(state)
+        super().__init__(Gemma3Text(hf_config.text_config, text_state, device, max_batch_size=max_batch_size,
                                     max_seq_len=max_seq_len, precision=text_precision(hf_config, optimizations)))
 
     def image_tokens(self, pixel_values: torch.Tensor) -> Any:

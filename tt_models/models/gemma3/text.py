@@ -36,10 +36,17 @@ HF_PREFIX = "model.language_model."
 
 
 def language_model_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The text weights as ``model.*`` (and the LM head: the embedding table when tied)."""
+    """The image model's text weights as a text-only checkpoint names them: ``model.*`` (and the LM head: the
+    embedding table when tied)."""
     out = {f"model.{name[len(HF_PREFIX):]}": t for name, t in state.items() if name.startswith(HF_PREFIX)}
-    out["lm_head.weight"] = state.get("lm_head.weight", out["model.embed_tokens.weight"])
-    return out
+    if "lm_head.weight" in state:
+        out["lm_head.weight"] = state["lm_head.weight"]
+    return text_state(out)
+
+
+def text_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A text-only checkpoint's weights with the LM head (the embedding table when tied)."""
+    return {"lm_head.weight": state["model.embed_tokens.weight"], **state}
 
 
 def rope_config(text_config: Any, layer_type: str) -> Any:
@@ -72,12 +79,12 @@ class SoftcappedLMHead:
 class Gemma3Text:
     def __init__(self, text_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
                  max_seq_len: int, precision: Precision, sharded_decode: bool = True) -> None:
-        """``state``: the whole checkpoint's (``model.language_model.*``); ``precision``: the family's profile."""
+        """``state``: the text weights as a text-only checkpoint names them (``model.*``, ``lm_head.weight``: see
+        :func:`language_model_state`); ``precision``: the family's profile."""
         if text_config.attn_logit_softcapping is not None:
             raise ValueError("attn_logit_softcapping is not supported: TT-NN's SDPA has no logit soft-capping "
                              "(Gemma 3 checkpoints leave it unset)")
         self.device = device
-        state = language_model_state(state)
         self.args = args = DecoderArgs.from_hf(text_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
         self.layer_types = list(text_config.layer_types)
         self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))

@@ -1,1 +1,2 @@
-"""Llama-family decoder-only models (HF ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``MistralForCausalLM``)."""
+"""Llama-family decoder-only models (HF ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
+``MistralForCausalLM``)."""

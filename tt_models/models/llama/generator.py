@@ -84,23 +84,13 @@ class LlamaForCausalLM(Generator):
             return self.sample_prefill(out, rows, tokens, sampling_params)
         return torch.stack(out)[:, None, :]
 
-    def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
-                       read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
-                       output_tokens: Any = None, reset_batch: bool | None = None,
-                       **kwargs: Any) -> Any:
-        """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``, or tokens ``[B]``
-        with ``sampling_params`` (device tensors when ``read_from_device`` is False: pass them to
-        :meth:`process_decode_output_host`)."""
-        return self.decode_step(lambda model, rows, *host: model.decode_inputs(*host),
-                                lambda model, device_inputs, cache: model.decode_device(device_inputs, cache),
-                                tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
-                                enable_trace=enable_trace, read_from_device=read_from_device,
-                                sampling_params=sampling_params, prompt_tokens=prompt_tokens,
-                                output_tokens=output_tokens, reset_batch=reset_batch)
-
 
 class Qwen2ForCausalLM(LlamaForCausalLM):
     """Qwen2 (biased Q/K/V projections) on the Llama-family blocks."""
+
+
+class Qwen3ForCausalLM(LlamaForCausalLM):
+    """Qwen3 (dense: RMSNorms of each Q and K head, no Q/K/V bias) on the Llama-family blocks."""
 
 
 class MistralForCausalLM(LlamaForCausalLM):
