@@ -14,8 +14,7 @@ import pytest
 import torch
 from transformers import AutoConfig, GenerationConfig, GenerationMixin, WhisperConfig, WhisperForConditionalGeneration
 
-from tests.closeness import pcc
-from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_pcc
 from tt_models import LLM
 from tt_models.audio import speech_sample
 from tt_models.checkpoints import Checkpoint, load_hf_checkpoint
@@ -109,14 +108,8 @@ def test_vllm_model_of_config_and_weights_alone_matches_hf(host_device, tmp_path
                                 encoder_len=encoder_len))
     driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
                         width=MAX_LEN // BLOCK, cross_width=-(-config.max_source_positions // BLOCK))
-    scores = []
-
-    def check(i, logits):
-        scores.append(pcc(logits, hf_logits[i][len(requests[i].tokens) - 1]))
-
-    teacher_forced_steps(driver, requests, sequences, slots=(1, 3, 0), join_after=3, new_tokens=NEW_TOKENS,
-                         delivery="decode", check=check)
-    assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
+    scores, _ = teacher_forced_pcc(driver, requests, sequences, hf_logits, slots=(1, 3, 0), join_after=3,
+                                   new_tokens=NEW_TOKENS, delivery="decode")
     print(f"\n{len(scores)} steps, min PCC {min(scores):.5f}")
     assert len(scores) == 3 * (1 + NEW_TOKENS) and min(scores) >= 0.99  # a prefill and NEW_TOKENS decodes each
 

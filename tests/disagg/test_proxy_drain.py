@@ -5,7 +5,6 @@ gets 503, and the proxy exits 0 in time."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -19,38 +18,11 @@ import pytest
 from tests.disagg.fake_instance import MODEL, FakeInstance
 from tt_models.server.shutdown import ABORT_GRACE_S
 from tt_models.testing.server_process import free_port, wait_healthy
+from tt_models.testing.streams import CompletionStream
 
 TIMEOUT = 1.5  # --shutdown-timeout
 SHORT, LONG = 10, 1000  # tokens: half a second (TOKEN_S each), and far more than TIMEOUT
 STREAMS = 8
-
-
-class Stream(threading.Thread):
-    """One streamed completion through the proxy, read to its end: ``outcome`` "completed" (finished, then [DONE])
-    or the error event's code."""
-
-    def __init__(self, url: str, max_tokens: int) -> None:
-        super().__init__(daemon=True)
-        self.url, self.max_tokens = url, max_tokens
-        self.started = threading.Event()
-        self.outcome: str | None = None
-
-    def run(self) -> None:
-        body = {"model": MODEL, "prompt": "Hi", "max_tokens": self.max_tokens, "stream": True}
-        finished, error = False, None
-        with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=30) as response:
-            for line in response.iter_lines():
-                if line == "data: [DONE]":
-                    self.outcome = error or ("completed" if finished else "ended unfinished")
-                    return
-                if line.startswith("data: "):
-                    event = json.loads(line[6:])
-                    self.started.set()
-                    if "error" in event:
-                        error = event["error"]["code"]
-                    else:
-                        finished = finished or event["choices"][0]["finish_reason"] == "length"
-        self.outcome = "no [DONE]"
 
 
 @pytest.fixture
@@ -71,7 +43,8 @@ def test_sigterm_drains_the_proxy(instances, tmp_path: Path):
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_healthy(url, process, log, seconds=60)
-        streams = [Stream(url, SHORT if i % 2 else LONG) for i in range(STREAMS)]
+        streams = [CompletionStream(url, {"model": MODEL, "prompt": "Hi", "max_tokens": SHORT if i % 2 else LONG}, 30)
+                   for i in range(STREAMS)]
         for stream in streams:
             stream.start()
         encoding: list[httpx.Response] = []

@@ -10,8 +10,9 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from tests.closeness import pcc, rows_agree
-from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tests.closeness import rows_agree
+from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan,
+                                      teacher_forced_pcc)
 from tt_models.models.gemma3.generator import Gemma3ForCausalLM
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 from tt_models.testing.gemma3 import tiny_gemma3_text
@@ -56,47 +57,22 @@ def _generator(name, path, device, optimizations="accuracy"):
     return model, kv
 
 
-def _fill_nan(kv):
-    for replica in kv:
-        for layer in replica:
-            for t in layer:
-                t.value.fill_(float("nan"))  # host-backend tensors hold their values in ``.value``
-
-
 @pytest.mark.parametrize("delivery", ["decode", "one-token-prefill"])
 def test_teacher_forced_steps_match_hf(host_device, model_case, delivery):
     name, hf, path, prompts, sequences, hf_logits = model_case
     model, kv = _generator(name, path, host_device)
-    _fill_nan(kv)
+    fill_nan(kv)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False, can_sample_on_device=False)
     model.warmup_model_decode(kv_cache=kv, enable_trace=False, max_batch_size=MAX_BATCH,
                               num_blocks=MAX_LEN // BLOCK, can_sample_on_device=False)
     driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
                         width=MAX_LEN // BLOCK)
     requests = [Request(tokens=p.tolist(), prompt_len=len(p)) for p in prompts]
-    ever_owned: set[int] = set()
-    scores: list[float] = []
-
-    def check(request_index, logits):
-        r = requests[request_index]
-        scores.append(pcc(logits, hf_logits[request_index][len(r.tokens) - 1]))
-        ever_owned.update(r.blocks)
-
-    teacher_forced_steps(driver, requests, sequences, slots=(0, 2, 1), join_after=10, new_tokens=NEW_TOKENS,
-                         delivery=delivery, check=check)  # a gap in the batch at slot 1 until request 2 joins
-    assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
+    scores, ever_owned = teacher_forced_pcc(driver, requests, sequences, hf_logits, slots=(0, 2, 1), join_after=10,
+                                            new_tokens=NEW_TOKENS, delivery=delivery)  # slot 1 free until 2 joins
     print(f"\n{name} {delivery}: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert min(scores) >= 0.99
-    _assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
-
-
-def _assert_unowned_blocks_untouched(kv, ever_owned, num_blocks):
-    """Blocks no request ever owned still hold the NaN they started with, in every layer's K and V."""
-    never_owned = sorted(set(range(num_blocks)) - ever_owned)
-    assert never_owned, "the test should leave some blocks unused"
-    for layer in kv[0]:
-        for t in layer:
-            assert torch.isnan(t.value[never_owned]).all(), "a block no request owned was written"
+    assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
 
 
 @pytest.mark.numerics

@@ -8,10 +8,10 @@ continuation, every step's logits have PCC >= 0.99 with HF's; free-running greed
 import pytest
 import torch
 
-from tests.closeness import pcc, rows_agree
-from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
+from tests.closeness import rows_agree
 from tests.models.test_mllama_pcc import hf_inputs
-from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan,
+                                      teacher_forced_pcc)
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.testing.images import random_image
 from tt_models.testing.mllama import IMAGE_TOKEN, tiny_mllama
@@ -67,26 +67,18 @@ def _requests(model, items):
 def test_teacher_forced_steps_match_hf(host_device, mllama_case, delivery):
     hf, items = mllama_case
     model, kv = _model(hf, host_device)
-    _fill_nan(kv)
+    fill_nan(kv)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False, can_sample_on_device=False)
     model.warmup_model_decode(kv_cache=kv, enable_trace=False, max_batch_size=MAX_BATCH, num_blocks=MAX_LEN // BLOCK)
     driver = _driver(model, kv)
     requests = _requests(model, items)
-    ever_owned: set[int] = set()
-    scores = []
-
-    def check(i, logits):
-        r = requests[i]
-        scores.append(pcc(logits, items[i][3][len(r.tokens) - 1]))
-        ever_owned.update(r.blocks + r.cross_blocks)
-
-    teacher_forced_steps(driver, requests, [item[2] for item in items], slots=(1, 3, 0), join_after=6,
-                         new_tokens=NEW_TOKENS, delivery=delivery, check=check)
-    assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
+    scores, ever_owned = teacher_forced_pcc(driver, requests, [item[2] for item in items],
+                                            [item[3] for item in items], slots=(1, 3, 0), join_after=6,
+                                            new_tokens=NEW_TOKENS, delivery=delivery)
     assert [r.masks[1] for r in requests] == [1.0, 0.0, 1.0]  # the text-only request's rows see no image
     print(f"\nmllama {delivery}: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert min(scores) >= 0.99
-    _assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
+    assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
 
 
 @pytest.mark.numerics

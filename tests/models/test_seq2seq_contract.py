@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import GenerationMixin
 
-from tests.closeness import pcc, rows_agree
-from tests.models.test_llama_contract import _assert_unowned_blocks_untouched, _fill_nan
-from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tests.closeness import rows_agree
+from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan,
+                                      teacher_forced_pcc)
 from tt_models.testing.seq2seq import CASES, encoder_input, tiny_seq2seq
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 32, 64
@@ -70,25 +70,17 @@ def _requests(items):
 def test_teacher_forced_steps_match_hf(host_device, seq2seq_case, delivery):
     name, hf, items = seq2seq_case
     model, kv = _model(name, hf, host_device)
-    _fill_nan(kv)
+    fill_nan(kv)
     model.warmup_model_prefill(kv_cache=kv, enable_trace=False, can_sample_on_device=False)
     model.warmup_model_decode(kv_cache=kv, enable_trace=False, max_batch_size=MAX_BATCH, num_blocks=MAX_LEN // BLOCK)
     driver = _driver(model, kv)
     requests = _requests(items)
-    ever_owned: set[int] = set()
-    scores = []
-
-    def check(i, logits):
-        r = requests[i]
-        scores.append(pcc(logits, items[i][4][len(r.tokens) - 1]))
-        ever_owned.update(r.blocks + r.cross_blocks)
-
-    teacher_forced_steps(driver, requests, [item[3] for item in items], slots=(1, 3, 0), join_after=6,
-                         new_tokens=NEW_TOKENS, delivery=delivery, check=check)
-    assert all(r.computed == r.prompt_len + NEW_TOKENS for r in requests)
+    scores, ever_owned = teacher_forced_pcc(driver, requests, [item[3] for item in items],
+                                            [item[4] for item in items], slots=(1, 3, 0), join_after=6,
+                                            new_tokens=NEW_TOKENS, delivery=delivery)
     print(f"\n{name} {delivery}: {len(scores)} steps, min PCC {min(scores):.5f}")
     assert min(scores) >= 0.99
-    _assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
+    assert_unowned_blocks_untouched(kv, ever_owned, NUM_BLOCKS)
 
 
 def _suppress(logits, step, suppress):

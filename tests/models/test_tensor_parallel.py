@@ -19,9 +19,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwen2Config, Qwen3Config
 
-from tests.closeness import pcc, rows_agree
+from tests.closeness import rows_agree
 from tests.models import test_mllama_contract as mllama_contract
-from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_steps
+from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_pcc
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
@@ -117,14 +117,8 @@ def _requests(items):
 
 def _teacher_forced_pcc(driver, requests, sequences, logits):
     """PCC with HF's logits of every step of three requests fed their HF continuations (one joining late)."""
-    scores = []
-
-    def check(i, step_logits):
-        scores.append(pcc(step_logits, logits[i][len(requests[i].tokens) - 1]))
-
-    teacher_forced_steps(driver, requests, sequences, slots=(1, 3, 0), join_after=4, new_tokens=NEW_TOKENS,
-                         delivery="decode", check=check)
-    return scores
+    return teacher_forced_pcc(driver, requests, sequences, logits, slots=(1, 3, 0), join_after=4,
+                              new_tokens=NEW_TOKENS, delivery="decode")[0]
 
 
 def _greedy(driver, requests):

@@ -18,9 +18,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+
+from tests.closeness import pcc
 
 
 @dataclass
@@ -227,3 +230,39 @@ def teacher_forced_steps(driver: VllmDriver, requests: list[Request], sequences:
         step = driver.decode() if delivery == "decode" else driver.decode_as_prefill()
         for i in active:
             check(i, step[requests[i].slot])
+
+
+def teacher_forced_pcc(driver: VllmDriver, requests: list[Request], sequences: list[torch.Tensor],
+                       reference_logits: list[torch.Tensor], **steps: Any) -> tuple[list[float], set[int]]:
+    """:func:`teacher_forced_steps` (``steps``: its keywords but ``check``) with each logits row scored against
+    ``reference_logits[i]`` at its position: the PCCs, and every block (self and cross) a request owned. Every request
+    must have computed its prompt and ``new_tokens``."""
+    scores: list[float] = []
+    owned: set[int] = set()
+
+    def check(i: int, logits: torch.Tensor) -> None:
+        r = requests[i]
+        scores.append(pcc(logits, reference_logits[i][len(r.tokens) - 1]))
+        owned.update(r.blocks + r.cross_blocks)
+
+    teacher_forced_steps(driver, requests, sequences, check=check, **steps)
+    assert all(r.computed == r.prompt_len + steps["new_tokens"] for r in requests)
+    return scores, owned
+
+
+def fill_nan(kv: list[list[Any]]) -> None:
+    """Every KV block NaN (host-backend tensors hold their values in ``.value``): a block read by mistake shows in the
+    logits, and :func:`assert_unowned_blocks_untouched` finds stray writes."""
+    for replica in kv:
+        for layer in replica:
+            for t in layer:
+                t.value.fill_(float("nan"))
+
+
+def assert_unowned_blocks_untouched(kv: list[list[Any]], ever_owned: set[int], num_blocks: int) -> None:
+    """Blocks no request ever owned still hold the NaN they started with, in every layer's K and V."""
+    never_owned = sorted(set(range(num_blocks)) - ever_owned)
+    assert never_owned, "the test should leave some blocks unused"
+    for layer in kv[0]:
+        for t in layer:
+            assert torch.isnan(t.value[never_owned]).all(), "a block no request owned was written"

@@ -4,11 +4,9 @@ process exits 0 within the timeout with no KV block in use."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 
 from tt_models.server.shutdown import ABORT_GRACE_S
 from tt_models.testing.server_process import free_port, wait_healthy
+from tt_models.testing.streams import CompletionStream
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
@@ -24,35 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = "bart-stop"
 TIMEOUT = 4.0  # --shutdown-timeout
 SHORT, LONG = 48, 1000  # tokens: a fraction of a second for 32 sequences of the tiny BART, and far more than TIMEOUT
-
-
-class Stream(threading.Thread):
-    """One streamed completion, read to its end: ``outcome`` "completed" (every choice finished, then [DONE]) or
-    the error event's code."""
-
-    def __init__(self, url: str, max_tokens: int) -> None:
-        super().__init__(daemon=True)
-        self.url, self.max_tokens = url, max_tokens
-        self.started = threading.Event()
-        self.outcome: str | None = None
-
-    def run(self) -> None:
-        body = {"model": NAME, "prompt": "Hello world", "max_tokens": self.max_tokens, "temperature": 0,
-                "ignore_eos": True, "stream": True}
-        finished, error = False, None
-        with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=60) as response:
-            for line in response.iter_lines():
-                if line == "data: [DONE]":
-                    self.outcome = error or ("completed" if finished else "ended unfinished")
-                    return
-                if line.startswith("data: "):
-                    event = json.loads(line[6:])
-                    self.started.set()
-                    if "error" in event:
-                        error = event["error"]["code"]
-                    else:
-                        finished = finished or event["choices"][0]["finish_reason"] == "length"
-        self.outcome = "no [DONE]"
 
 
 def test_sigterm_finishes_what_it_can_and_fails_the_rest(bart_dir, tmp_path):
@@ -65,7 +35,8 @@ def test_sigterm_finishes_what_it_can_and_fails_the_rest(bart_dir, tmp_path):
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         wait_healthy(url, process, log, seconds=180)
-        streams = [Stream(url, SHORT if i % 2 else LONG) for i in range(32)]
+        streams = [CompletionStream(url, {"model": NAME, "prompt": "Hello world", "temperature": 0, "ignore_eos": True,
+                                     "max_tokens": SHORT if i % 2 else LONG}, 60) for i in range(32)]
         for stream in streams:
             stream.start()
         for stream in streams:

@@ -25,7 +25,7 @@ from tt_models.server.protocol import (AssistantMessage, ChatChoice, ChatChunkCh
                                        ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs, Delta,
                                        TokenLogprob, TopLogprob)
 from tt_models.server.serving import finish, json_response, new_id, submit, usage
-from tt_models.server.streaming import DONE, Deltas, event_stream, sse, sse_error
+from tt_models.server.streaming import Deltas, event_stream, sse
 from tt_models.server.tool_stream import ToolCallDeltas, tool_message
 from tt_models.server.tools import ToolPlan, finish_reason, tool_plan
 
@@ -105,7 +105,7 @@ async def create_chat_completion(body: ChatCompletionRequest, engine: AsyncEngin
     limit = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     streams = await submit(engine, response_id, [prompt], params, max_tokens_param=limit)
     if body.stream:
-        return event_stream(_events(body, params, plan, streams[0], response_id, created, model_name))
+        return event_stream(_events(body, params, plan, streams[0], response_id, created, model_name), streams)
     outputs = await finish(request, streams)
     if outputs is None:
         return json_response(None)
@@ -122,39 +122,33 @@ async def _events(body: ChatCompletionRequest, params: SamplingParams, plan: Too
     deltas = Deltas(params)
     calls = [ToolCallDeltas(plan) for _ in range(params.n)] if plan is not None else None
     final, started = None, False
-    try:
-        async for final in stream:
-            if not started:
-                # OpenAI's first chunk of each choice names the role. It goes with the first token, as vLLM sends it:
-                # clients take the first chunk's arrival as the time to first token.
-                started = True
-                for i in range(params.n):
-                    yield chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
-                    if calls is not None and (announced := calls[i].advance("", False)[1]):  # a named function's call
-                        yield chunk([ChatChunkChoice(index=i, delta=Delta(tool_calls=announced))])
-            choices = []
-            for seq in final.outputs:
-                advanced = deltas.advance((0, seq.index), seq)
-                if advanced is None:
-                    continue
-                text, start = advanced
-                logprobs = chat_logprobs(seq, start, body.top_logprobs or 0) if body.logprobs else None
-                reason, delta = seq.finish_reason, Delta(content=text)
-                if calls is not None:
-                    tracker = calls[seq.index]
-                    content, tool_calls = tracker.advance(text, final=reason is not None)
-                    delta = Delta(content=content, tool_calls=tool_calls or None)
-                    reason = finish_reason(plan, tracker.called, reason)
-                    if content is None and not tool_calls and not logprobs and reason is None:
-                        continue  # held back: nothing to send
-                choices.append(ChatChunkChoice(index=seq.index, delta=delta, logprobs=logprobs,
-                                               finish_reason=reason))
-            if choices:
-                yield chunk(choices)
-        if body.include_usage:
-            yield chunk([], usage=usage([final]))
-    except Exception as error:
-        yield sse_error(error)
-    finally:
-        stream.close()
-    yield DONE
+    async for final in stream:
+        if not started:
+            # OpenAI's first chunk of each choice names the role. It goes with the first token, as vLLM sends it:
+            # clients take the first chunk's arrival as the time to first token.
+            started = True
+            for i in range(params.n):
+                yield chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+                if calls is not None and (announced := calls[i].advance("", False)[1]):  # a named function's call
+                    yield chunk([ChatChunkChoice(index=i, delta=Delta(tool_calls=announced))])
+        choices = []
+        for seq in final.outputs:
+            advanced = deltas.advance((0, seq.index), seq)
+            if advanced is None:
+                continue
+            text, start = advanced
+            logprobs = chat_logprobs(seq, start, body.top_logprobs or 0) if body.logprobs else None
+            reason, delta = seq.finish_reason, Delta(content=text)
+            if calls is not None:
+                tracker = calls[seq.index]
+                content, tool_calls = tracker.advance(text, final=reason is not None)
+                delta = Delta(content=content, tool_calls=tool_calls or None)
+                reason = finish_reason(plan, tracker.called, reason)
+                if content is None and not tool_calls and not logprobs and reason is None:
+                    continue  # held back: nothing to send
+            choices.append(ChatChunkChoice(index=seq.index, delta=delta, logprobs=logprobs,
+                                           finish_reason=reason))
+        if choices:
+            yield chunk(choices)
+    if body.include_usage:
+        yield chunk([], usage=usage([final]))

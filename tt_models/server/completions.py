@@ -18,7 +18,7 @@ from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import engine_errors
 from tt_models.server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from tt_models.server.serving import finish, json_response, new_id, submit, usage
-from tt_models.server.streaming import DONE, Deltas, event_stream, merge, sse, sse_error
+from tt_models.server.streaming import Deltas, event_stream, merge, sse
 
 
 def engine_prompts(body: CompletionRequest, engine: LLMEngine, model_name: str) -> list[PromptType]:
@@ -70,7 +70,7 @@ async def create_completion(body: CompletionRequest, engine: AsyncEngine, model_
     response_id, created = new_id("cmpl")
     streams = await submit(engine, response_id, prompts, params, max_tokens_param="max_tokens")
     if body.stream:
-        return event_stream(_events(body, params, streams, response_id, created, model_name))
+        return event_stream(_events(body, params, streams, response_id, created, model_name), streams)
     outputs = await finish(request, streams)
     if outputs is None:
         return json_response(None)
@@ -83,22 +83,15 @@ async def _events(body: CompletionRequest, params: SamplingParams, streams: Sequ
                   response_id: str, created: int, model_name: str) -> AsyncIterator[str]:
     deltas = Deltas(params)
     finals = {}
-    try:
-        async for index, output in merge(streams):
-            finals[index] = output
-            choices = []
-            for seq in output.outputs:
-                advanced = deltas.advance((index, seq.index), seq)
-                if advanced is not None:
-                    choices.append(_choice(body, index, seq, *advanced))
-            if choices:
-                yield sse(CompletionResponse(id=response_id, created=created, model=model_name, choices=choices))
-        if body.include_usage:
-            yield sse(CompletionResponse(id=response_id, created=created, model=model_name, choices=[],
-                                         usage=usage(list(finals.values()))))
-    except Exception as error:
-        yield sse_error(error)
-    finally:
-        for stream in streams:
-            stream.close()
-    yield DONE
+    async for index, output in merge(streams):
+        finals[index] = output
+        choices = []
+        for seq in output.outputs:
+            advanced = deltas.advance((index, seq.index), seq)
+            if advanced is not None:
+                choices.append(_choice(body, index, seq, *advanced))
+        if choices:
+            yield sse(CompletionResponse(id=response_id, created=created, model=model_name, choices=choices))
+    if body.include_usage:
+        yield sse(CompletionResponse(id=response_id, created=created, model=model_name, choices=[],
+                                     usage=usage(list(finals.values()))))

@@ -29,9 +29,24 @@ def sse_error(error: Exception) -> str:
     return sse(as_api_error(error).body())
 
 
-def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
-    # Starlette cancels ``events`` when the client disconnects: the generators' cleanup aborts their requests.
-    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+def event_stream(events: AsyncIterator[str], streams: Sequence[RequestStream]) -> StreamingResponse:
+    """``events``, then [DONE]: an error raised meanwhile becomes an error event (the status is sent already), and
+    ``streams`` (the requests the events come from, which ``events`` may replace as it goes) are closed however the
+    response ends. Starlette cancels it when the client disconnects: closing the streams aborts their requests."""
+    return StreamingResponse(_ended(events, streams), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+async def _ended(events: AsyncIterator[str], streams: Sequence[RequestStream]) -> AsyncIterator[str]:
+    try:
+        async for event in events:
+            yield event
+    except Exception as error:
+        yield sse_error(error)
+    finally:
+        for stream in streams:
+            stream.close()
+    yield DONE
 
 
 class Deltas:

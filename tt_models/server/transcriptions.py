@@ -23,12 +23,12 @@ from fastapi.responses import PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from tt_models.engine.outputs import RequestOutput
-from tt_models.server.async_engine import AsyncEngine
+from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import APIError, engine_errors
 from tt_models.server.protocol import (AudioResponseFormat, DurationUsage, TokenUsage, TranscriptDelta,
                                        TranscriptDone, Transcription, TranscriptionVerbose)
 from tt_models.server.serving import finish, json_response, new_id, submit
-from tt_models.server.streaming import DONE, event_stream, merge, sse, sse_error
+from tt_models.server.streaming import event_stream, merge, sse
 from tt_models.server.subtitles import Cue, srt, vtt
 from tt_models.speech import LongFormTranscription, Transcript, TranscriptionOptions
 from tt_models.speech.fallback import FALLBACK_TEMPERATURES
@@ -83,7 +83,8 @@ async def create_transcription(form: AudioRequest, audio: bytes, engine: AsyncEn
     if not engine.engine.decodes:  # an encode instance: the requests' encoder outputs go on, nothing comes back
         return await _encode(job, engine, response_id, request)
     if form.stream:
-        return event_stream(_events(job, engine, response_id))
+        streams: list[RequestStream] = []
+        return event_stream(_events(job, engine, response_id, streams), streams)
     transcript = await _run(job, engine, response_id, request)
     if transcript is None:
         return json_response(None)
@@ -133,40 +134,34 @@ def _response(form: AudioRequest, transcript: Transcript) -> Response:
                                               segments=transcript.segments, usage=usage))
 
 
-async def _events(job: LongFormTranscription, engine: AsyncEngine, response_id: str) -> AsyncIterator[str]:
+async def _events(job: LongFormTranscription, engine: AsyncEngine, response_id: str,
+                  streams: list[RequestStream]) -> AsyncIterator[str]:
     """The transcript's growth as ``transcript.text.delta`` events (its text only grows, so the deltas add up to
-    the final text), then ``transcript.text.done``. Closing the stream aborts the requests under way."""
+    the final text), then ``transcript.text.done``. ``streams`` holds the round's requests, for the response to close
+    (which aborts those under way)."""
     steps = job.steps()
     outputs: list[RequestOutput] | None = None
     sent = ""
     prompt_tokens = output_tokens = 0
-    streams = []
-    try:
-        for round_ in itertools.count():
-            try:
-                batch = steps.send(outputs)
-            except StopIteration as done:
-                transcript = done.value
-                break
-            streams = await submit(engine, f"{response_id}-{round_}", batch.prompts, batch.params)
-            latest: list[RequestOutput | None] = [None] * len(streams)
-            async for index, output in merge(streams):
-                latest[index] = output
-                if batch.windows:
-                    text = job.text(latest)
-                    if len(text) > len(sent):
-                        yield sse(TranscriptDelta(delta=text[len(sent):]))
-                        sent = text
-            outputs = latest
-            prompt_tokens += sum(len(o.prompt_token_ids) for o in outputs)
-            output_tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
-        if len(transcript.text) > len(sent):
-            yield sse(TranscriptDelta(delta=transcript.text[len(sent):]))
-        yield sse(TranscriptDone(text=transcript.text, usage=TokenUsage(
-            input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens)))
-    except Exception as error:
-        yield sse_error(error)
-    finally:
-        for stream in streams:
-            stream.close()
-    yield DONE
+    for round_ in itertools.count():
+        try:
+            batch = steps.send(outputs)
+        except StopIteration as done:
+            transcript = done.value
+            break
+        streams[:] = await submit(engine, f"{response_id}-{round_}", batch.prompts, batch.params)
+        latest: list[RequestOutput | None] = [None] * len(streams)
+        async for index, output in merge(streams):
+            latest[index] = output
+            if batch.windows:
+                text = job.text(latest)
+                if len(text) > len(sent):
+                    yield sse(TranscriptDelta(delta=text[len(sent):]))
+                    sent = text
+        outputs = latest
+        prompt_tokens += sum(len(o.prompt_token_ids) for o in outputs)
+        output_tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+    if len(transcript.text) > len(sent):
+        yield sse(TranscriptDelta(delta=transcript.text[len(sent):]))
+    yield sse(TranscriptDone(text=transcript.text, usage=TokenUsage(
+        input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens)))
