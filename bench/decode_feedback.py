@@ -84,7 +84,9 @@ def enqueue_only(api: ModuleType) -> Iterator[None]:
         api.execute_trace = replay
 
 
-def median_ms(fn: Callable[[], Any], steps: int) -> float:
+def timed(fn: Callable[[], Any], steps: int) -> float:
+    """Median milliseconds of ``fn`` over ``steps`` calls (after one call that may compile or capture)."""
+    fn()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -115,7 +117,7 @@ def between_enqueues(device: Any, steps: int) -> dict[str, tuple[float, float]]:
             model.decode_forward(**step, reset_batch=False)
 
         with enqueue_only(api_for(device)):
-            out[name] = (median_ms(off, steps), median_ms(on, steps))
+            out[name] = (timed(off, steps), timed(on, steps))
         assert model.feedback.steps >= steps
         model.release_traces()
     return out

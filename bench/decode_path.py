@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType, SimpleNamespace
@@ -201,17 +199,6 @@ def tensor_parallel_table(context: int) -> None:
               f"{ccl_seconds * 1e3:7.1f} {1 / seconds:12.1f}   {PUBLISHED_70B_T3K}")
 
 
-def timed(fn: Callable[[], Any], steps: int) -> float:
-    """Median milliseconds of ``fn`` over ``steps`` calls (after one call that may compile or capture)."""
-    fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
@@ -235,11 +222,11 @@ def main() -> None:
              "traced, top-k/top-p on device": dict(enable_trace=True, sampling_params=sampled)}
     positions = step["start_pos"]
     for name, extra in paths.items():
-        whole = timed(lambda: model.decode_forward(**step, **extra), args.steps)
+        whole = decode_feedback.timed(lambda: model.decode_forward(**step, **extra), args.steps)
         with counting(api_for(device)) as counts:
             model.decode_forward(**step, **extra)
         raw = model.decode_forward(**step, **extra, read_from_device=False)
-        read = timed(lambda: model.process_decode_output_host(raw), args.steps)
+        read = decode_feedback.timed(lambda: model.process_decode_output_host(raw), args.steps)
 
         def host_inputs() -> None:
             replica.decode_inputs(step["tokens"].reshape(-1), positions, step["page_table"])
@@ -248,7 +235,7 @@ def main() -> None:
                 SamplingBatch.of(params, list(range(BATCH)), positions.tolist(), model.vocab_size,
                                  model.sampling_rng).host_inputs(device, model.vocab_size)
 
-        inputs = timed(host_inputs, args.steps)
+        inputs = decode_feedback.timed(host_inputs, args.steps)
         print(f"{name:32s} decode_forward {whole:8.1f} ms | ttnn calls {counts['calls']:5d} | to device "
               f"{counts['to device'] / 1e3:8.1f} kB | to host {counts['to host'] / 1e3:8.1f} kB | host inputs "
               f"{inputs:6.2f} ms | read back {read:6.2f} ms")

@@ -5,7 +5,6 @@ gets 503, and the proxy exits 0 in time."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from tests.disagg.fake_instance import MODEL, FakeInstance
+from tests.stopping import sigterm_refuses_new_work
 from tt_models.server.shutdown import ABORT_GRACE_S
 from tt_models.testing.server_process import free_port, wait_healthy
 from tt_models.testing.streams import CompletionStream
@@ -53,16 +53,7 @@ def test_sigterm_drains_the_proxy(instances, tmp_path: Path):
         hung.start()
         for stream in streams:
             assert stream.started.wait(10), "a stream sent nothing"
-        process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
-
-        deadline = signalled + 2
-        while httpx.get(f"{url}/health", timeout=5).status_code != 503:
-            assert time.monotonic() < deadline, "readiness still 200 after SIGTERM"
-            time.sleep(0.02)
-        refused = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 1},
-                             timeout=5)
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+        signalled = sigterm_refuses_new_work(process, url, MODEL)
 
         for stream in streams:
             stream.join(TIMEOUT + ABORT_GRACE_S + 10)

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig
 
 from tests.closeness import rows_agree
-from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan,
+from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan, greedy_rows,
                                       teacher_forced_pcc)
 from tt_models.models.gemma3.generator import Gemma3ForCausalLM
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
@@ -83,17 +83,8 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, model_case, pr
     driver = VllmDriver(model, kv, max_batch_size=MAX_BATCH, num_blocks=NUM_BLOCKS, block_size=BLOCK,
                         width=MAX_LEN // BLOCK)
     requests = [Request(tokens=p.tolist(), prompt_len=len(p)) for p in prompts[:2]]
-    for slot, r in zip((3, 0), requests):
-        driver.add(r, slot)
-    our_rows = [[row] for row in driver.prefill(requests)]
-    for _ in range(NEW_TOKENS - 1):
-        for r, rows in zip(requests, our_rows):
-            r.tokens.append(int(rows[-1].argmax()))
-        step = driver.decode()
-        for r, rows in zip(requests, our_rows):
-            rows.append(step[r.slot])
+    our_rows = greedy_rows(driver, requests, (3, 0), NEW_TOKENS)
     for i, (r, rows) in enumerate(zip(requests, our_rows)):
-        r.tokens.append(int(rows[-1].argmax()))
         ours = r.tokens[r.prompt_len:]
         theirs = sequences[i][r.prompt_len:].tolist()
         their_rows = hf_logits[i][r.prompt_len - 1: -1]

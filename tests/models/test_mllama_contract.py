@@ -10,7 +10,7 @@ import torch
 
 from tests.closeness import rows_agree
 from tests.models.test_mllama_pcc import hf_inputs
-from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan,
+from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan, greedy_rows,
                                       teacher_forced_pcc)
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.testing.images import random_image
@@ -88,16 +88,7 @@ def test_free_running_greedy_agrees_with_hf_generate(host_device, mllama_case, p
     model, kv = _model(hf, host_device, profile)
     driver = _driver(model, kv)
     requests = _requests(model, items)
-    for slot, r in zip((2, 0, 3), requests):
-        driver.add(r, slot)
-    our_rows = [[row] for row in driver.prefill(requests)]
-    for r, rows in zip(requests, our_rows):
-        r.tokens.append(int(rows[-1].argmax()))
-    for _ in range(1, NEW_TOKENS):
-        logits = driver.decode()
-        for r, rows in zip(requests, our_rows):
-            rows.append(logits[r.slot])
-            r.tokens.append(int(rows[-1].argmax()))
+    our_rows = greedy_rows(driver, requests, (2, 0, 3), NEW_TOKENS)
     for i, (r, rows) in enumerate(zip(requests, our_rows)):
         sequence, hf_logits = items[i][2], items[i][3]
         their_rows = hf_logits[r.prompt_len - 1: r.prompt_len - 1 + NEW_TOKENS]

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaForCausalLM as HFLlama
 
 from tests.closeness import rows_agree
-from tests.models.vllm_driver import Request, VllmDriver
+from tests.models.vllm_driver import Request, VllmDriver, greedy_rows
 from tt_models.checkpoints import load_hf_checkpoint
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.tt.model_config import Precision
@@ -102,17 +102,7 @@ def test_demo_prompts_at_the_default_precision_stay_close_to_hf(host_device, smo
     kv = model.allocate_kv_cache((16, args.n_kv_heads, BLOCK, args.head_dim), torch.bfloat16, args.n_layers)
     driver = VllmDriver(model, kv, max_batch_size=len(prompts), num_blocks=16, block_size=BLOCK, width=4)
     requests = [Request(tokens=list(p), prompt_len=len(p)) for p in prompts]
-    for slot, r in enumerate(requests):
-        driver.add(r, slot)
-    steps = [[row] for row in driver.prefill(requests)]
-    for _ in range(DEMO_TOKENS - 1):
-        for r, rows in zip(requests, steps):
-            r.tokens.append(int(rows[-1].argmax()))
-        step = driver.decode()
-        for r, rows in zip(requests, steps):
-            rows.append(step[r.slot])
-    for r, rows in zip(requests, steps):
-        r.tokens.append(int(rows[-1].argmax()))
+    steps = greedy_rows(driver, requests, range(len(requests)), DEMO_TOKENS)
     with torch.no_grad():
         for prompt, r, our_rows in zip(DEMO_PROMPTS, requests, steps):
             out = hf.generate(torch.tensor([r.tokens[: r.prompt_len]]), max_new_tokens=DEMO_TOKENS, do_sample=False,

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, GenerationMixin, LlamaConfig, Qwe
 
 from tests.closeness import rows_agree
 from tests.models import test_mllama_contract as mllama_contract
-from tests.models.vllm_driver import Request, VllmDriver, teacher_forced_pcc
+from tests.models.vllm_driver import Request, VllmDriver, greedy_rows, teacher_forced_pcc
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
@@ -123,16 +123,7 @@ def _teacher_forced_pcc(driver, requests, sequences, logits):
 
 def _greedy(driver, requests):
     """Free-running greedy tokens of two requests and each step's logits."""
-    for slot, r in zip((3, 0), requests):
-        driver.add(r, slot)
-    steps = [[] for _ in requests]
-    rows = driver.prefill(requests)
-    for _ in range(NEW_TOKENS):
-        for r, t, row in zip(requests, steps, rows):
-            t.append(row)
-            r.tokens.append(int(row.argmax()))
-        step = driver.decode()
-        rows = [step[r.slot] for r in requests]
+    steps = greedy_rows(driver, requests, (3, 0), NEW_TOKENS)
     return [r.tokens[r.prompt_len:] for r in requests], steps
 
 

@@ -16,7 +16,7 @@ decoder-only image+text models (``pixel_values``: Gemma 3) get each row's images
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,3 +266,20 @@ def assert_unowned_blocks_untouched(kv: list[list[Any]], ever_owned: set[int], n
     for layer in kv[0]:
         for t in layer:
             assert torch.isnan(t.value[never_owned]).all(), "a block no request owned was written"
+
+
+def greedy_rows(driver: VllmDriver, requests: list[Request], slots: Sequence[int],
+                new_tokens: int) -> list[list[torch.Tensor]]:
+    """Free-running greedy: ``requests`` join at ``slots``, prefill together, then decode, each row's argmax fed back,
+    until each has ``new_tokens`` (appended to its ``tokens``). Each request's logits row of every generated token."""
+    for slot, r in zip(slots, requests):
+        driver.add(r, slot)
+    rows = [[row] for row in driver.prefill(requests)]
+    for r, own in zip(requests, rows):
+        r.tokens.append(int(own[-1].argmax()))
+    for _ in range(new_tokens - 1):
+        step = driver.decode()
+        for r, own in zip(requests, rows):
+            own.append(step[r.slot])
+            r.tokens.append(int(own[-1].argmax()))
+    return rows

@@ -4,15 +4,14 @@ process exits 0 within the timeout with no KV block in use."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.stopping import sigterm_refuses_new_work
 from tt_models.server.shutdown import ABORT_GRACE_S
 from tt_models.testing.server_process import free_port, wait_healthy
 from tt_models.testing.streams import CompletionStream
@@ -41,15 +40,7 @@ def test_sigterm_finishes_what_it_can_and_fails_the_rest(bart_dir, tmp_path):
             stream.start()
         for stream in streams:
             assert stream.started.wait(60), "a stream sent nothing"
-        process.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
-
-        deadline = signalled + 2
-        while httpx.get(f"{url}/health", timeout=5).status_code != 503:
-            assert time.monotonic() < deadline, "readiness still 200 after SIGTERM"
-            time.sleep(0.05)
-        refused = httpx.post(f"{url}/v1/completions", json={"model": NAME, "prompt": "Hi"}, timeout=5)
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+        signalled = sigterm_refuses_new_work(process, url, NAME)
 
         for stream in streams:
             stream.join(TIMEOUT + ABORT_GRACE_S + 10)

@@ -24,6 +24,7 @@ from transformers import (Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalG
 from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
+from tt_models.testing.hf_directory import write_image_text_directory
 from tt_models.testing.mllama import CORPUS
 
 VOCAB = 512
@@ -159,16 +160,10 @@ def tiny_processor() -> Gemma3Processor:
 
 def write_tiny_gemma3_checkpoint(path: str | Path, seed: int = 0) -> Path:
     """Write ``tiny_gemma3(seed)`` with its processor, tokenizer and generation config to ``path``; returns it."""
-    path = Path(path)
-    tiny_gemma3(seed).save_pretrained(path)
-    processor = tiny_processor()
-    processor.save_pretrained(path)  # transformers 5: processor_config.json, tokenizer, chat_template.jinja
-    processor.image_processor.save_pretrained(path)  # preprocessor_config.json, the file real checkpoints have
     # The real file's shape: eos is <eos> then <end_of_turn>.
     eos, end_of_turn = TEXT_SPECIALS["<eos>"], TEXT_SPECIALS["<end_of_turn>"]
-    GenerationConfig(bos_token_id=TEXT_SPECIALS["<bos>"], pad_token_id=TEXT_SPECIALS["<pad>"],
-                     eos_token_id=[eos, end_of_turn]).save_pretrained(path)
-    return path
+    return write_image_text_directory(path, tiny_gemma3(seed), tiny_processor(), GenerationConfig(
+        bos_token_id=TEXT_SPECIALS["<bos>"], pad_token_id=TEXT_SPECIALS["<pad>"], eos_token_id=[eos, end_of_turn]))
 
 
 def tiny_gemma3_text(seed: int = 0) -> Gemma3ForCausalLM:

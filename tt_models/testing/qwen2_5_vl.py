@@ -23,6 +23,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
 from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
+from tt_models.testing.hf_directory import write_image_text_directory
 from tt_models.testing.mllama import CORPUS
 
 VOCAB = 512
@@ -137,12 +138,7 @@ def tiny_processor() -> Qwen2_5_VLProcessor:
 
 def write_tiny_qwen2_5_vl_checkpoint(path: str | Path, seed: int = 0) -> Path:
     """Write ``tiny_qwen2_5_vl(seed)`` with its processor, tokenizer and generation config to ``path``; returns it."""
-    path = Path(path)
-    tiny_qwen2_5_vl(seed).save_pretrained(path)
-    processor = tiny_processor()
-    processor.save_pretrained(path)  # transformers 5: processor_config.json, tokenizer, chat_template.jinja
-    processor.image_processor.save_pretrained(path)  # preprocessor_config.json, the file real checkpoints have
     # The real file's shape: eos is <|im_end|> then <|endoftext|>, which is also bos and pad.
     eos, pad = TEXT_SPECIALS["<|im_end|>"], TEXT_SPECIALS["<|endoftext|>"]
-    GenerationConfig(bos_token_id=pad, pad_token_id=pad, eos_token_id=[eos, pad]).save_pretrained(path)
-    return path
+    return write_image_text_directory(path, tiny_qwen2_5_vl(seed), tiny_processor(),
+                                      GenerationConfig(bos_token_id=pad, pad_token_id=pad, eos_token_id=[eos, pad]))
