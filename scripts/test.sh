@@ -47,8 +47,16 @@ if [ "$extended" -eq 1 ]; then
 fi
 .venv/bin/python -m pytest "${workers[@]}" -m "not alone and not soak and not heavy" --durations=20 "$@"; record $?
 echo "--- the numerics-sensitive tests again, on AVX2 kernels (${REDUCED_ISA[*]}):"
-# Only their files are collected (a worker's 6 s), unless the arguments name tests: then theirs.
-mapfile -t numerics < <(grep -rl "pytest.mark.numerics" tests)
+# Only their files are collected (a worker's 6 s), unless the arguments name tests: then theirs. A marked test in a
+# helper module (shared cases) runs from the test files that import that module.
+numerics=()
+while read -r marked; do
+  case "$(basename "$marked")" in
+    test_*) numerics+=("$marked") ;;
+    *) mapfile -t -O "${#numerics[@]}" numerics < <(grep -rlw --include='test_*.py' "$(basename "$marked" .py)" tests) ;;
+  esac
+done < <(grep -rl --include='*.py' "pytest.mark.numerics" tests)
+mapfile -t numerics < <(printf '%s\n' "${numerics[@]}" | sort -u)
 for arg in "$@"; do [ -e "${arg%%::*}" ] && numerics=() && break; done
 env "${REDUCED_ISA[@]}" .venv/bin/python -m pytest "${workers[@]}" -m numerics "${numerics[@]}" "$@"; record $?
 exit "$status"
