@@ -9,7 +9,8 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Annotated
 
-from fastapi import FastAPI, File, Form, Request, Response, UploadFile
+from fastapi import FastAPI, File, Form, Request, Response, UploadFile, WebSocket
+from fastapi.responses import JSONResponse
 
 from tt_models.disagg.encode_engine import EncodeEngine
 from tt_models.disagg.metrics import DisaggState
@@ -25,6 +26,7 @@ from tt_models.server.metrics import ServerMetrics, kv_blocks_in_use
 from tt_models.disagg.request_context import RequestContext
 from tt_models.server.protocol import (AudioResponseFormat, ChatCompletionRequest, CompletionRequest, ModelCard,
                                        ModelList)
+from tt_models.server.realtime import handshake_error, run_session
 from tt_models.server.tools import ToolSettings
 from tt_models.server.transcriptions import AudioRequest, create_transcription
 
@@ -139,8 +141,19 @@ def create_app(engines: Mapping[str, LLMEngine | EncodeEngine], *, close_engines
         language: Annotated[str | None, Form()] = None, prompt: Annotated[str | None, Form()] = None,
         response_format: Annotated[AudioResponseFormat, Form()] = "json",
         temperature: Annotated[float, Form()] = 0.0, stream: Annotated[bool, Form()] = False,
+        timestamp_granularities: Annotated[list[str] | None, Form(alias="timestamp_granularities[]")] = None,
     ) -> Response:
         return await audio("translate", request, file, model, language, prompt, response_format, temperature,
-                           stream, None)
+                           stream, timestamp_granularities)
+
+    @app.websocket("/v1/realtime")
+    async def realtime(websocket: WebSocket, model: str | None = None, intent: str | None = None) -> None:
+        refusal = handshake_error(served, model, intent)
+        if refusal is not None:
+            await websocket.send_denial_response(JSONResponse(refusal.body().model_dump(),
+                                                              status_code=refusal.status_code))
+            return
+        await websocket.accept()
+        await run_session(websocket, served, model)
 
     return app

@@ -1,6 +1,6 @@
-"""API keys, as vLLM's ``--api-key``: every ``/v1`` route needs ``Authorization: Bearer KEY``, answered with OpenAI's
-401 otherwise. ``/health``, ``/metrics`` and ``/disagg/info`` stay open: orchestrators, Prometheus and the proxy's
-discovery read them, and they carry no prompts."""
+"""API keys, as vLLM's ``--api-key``: every ``/v1`` route (the ``/v1/realtime`` WebSocket's handshake too) needs
+``Authorization: Bearer KEY``, answered with OpenAI's 401 otherwise. ``/health``, ``/metrics`` and ``/disagg/info``
+stay open: orchestrators, Prometheus and the proxy's discovery read them, and they carry no prompts."""
 
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ class BearerAuth:
         self._refusal = Refusal(error, [(b"www-authenticate", b"Bearer")])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._authorized(scope):
-            logger.warning("refused %s %s from %s: no valid API key", scope["method"], scope["path"],
-                           client_address(scope))
-            await self._refusal.send(send)
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith("/v1") and not self._authorized(scope):
+            logger.warning("refused %s %s from %s: no valid API key", scope.get("method", "WebSocket"),
+                           scope["path"], client_address(scope))
+            await self._refusal.send(send if scope["type"] == "http" else _denial(send))
             return
         await self.app(scope, receive, send)
 
@@ -52,3 +52,13 @@ class BearerAuth:
         scheme, _, token = header.partition(b" ")
         # Every key compared, each in constant time: how long a refusal takes says nothing of the keys.
         return scheme.lower() == b"bearer" and any([hmac.compare_digest(token.strip(), key) for key in self._keys])
+
+
+def _denial(send: Send) -> Send:
+    """A WebSocket handshake refused with the same HTTP response (ASGI's ``websocket.http.response``, which uvicorn
+    implements): the 401 and OpenAI's body, as the other routes answer."""
+
+    async def deny(message: dict) -> None:
+        await send({**message, "type": f"websocket.{message['type']}"})
+
+    return deny
