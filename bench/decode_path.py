@@ -199,6 +199,25 @@ def tensor_parallel_table(context: int) -> None:
               f"{ccl_seconds * 1e3:7.1f} {1 / seconds:12.1f}   {PUBLISHED_70B_T3K}")
 
 
+def expert_combine_bytes(dim: int, layers: int, top_k: int, chips: int) -> dict[str, float]:
+    """Bytes each chip receives in one decode step (32 users, bfloat16) to combine a mixture of experts split over
+    ``chips`` (``tt_models/tt/moe.py``): dense and masked, each chip's partial sums of every token reduce-scattered
+    into the fractured residual (the dense MLP's collective), against dispatching each token to the chips of its
+    ``top_k`` experts and combining their outputs back (two all-to-alls; with experts spread evenly, a routed copy
+    leaves its chip with probability ``(N - 1) / N``)."""
+    off_chip = (chips - 1) / chips
+    return {"dense masked + reduce-scatter": layers * off_chip * BATCH * dim * 2,
+            "dispatch + combine (all-to-all)": layers * 2 * off_chip * BATCH * top_k * dim * 2}
+
+
+def expert_combine_table() -> None:
+    print("\nCombining experts over a T3K, per decode step and chip (Qwen3-30B-A3B: dim 2048, 48 layers, top 8; "
+          "GPT-OSS-120B: dim 2880, 36 layers, top 4), MB:")
+    for name, (dim, layers, top_k) in {"Qwen3-30B-A3B": (2048, 48, 8), "GPT-OSS-120B": (2880, 36, 4)}.items():
+        costs = expert_combine_bytes(dim, layers, top_k, 8)
+        print(f"  {name:14s} " + " | ".join(f"{combine} {nbytes / 1e6:6.2f}" for combine, nbytes in costs.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
@@ -250,6 +269,7 @@ def main() -> None:
                      "Llama 3.1 8B dims (accuracy profile)": (llama_8b, Precision.for_profile("accuracy"))},
                     args.context)
     tensor_parallel_table(args.context)
+    expert_combine_table()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Run Gemma 3's or Qwen2.5-VL's vision tower, prefill of an image row and one decode step on a mock board (real ttnn
-validation), at the smallest dims that split over the board's chips: few layers, a tiny image.
+"""Run Gemma 3's, Qwen2.5-VL's or Mistral 3's vision tower, prefill of an image row and one decode step on a mock
+board (real ttnn validation), at the smallest dims that split over the board's chips: few layers, a tiny image.
 
-``python -m tests.models.image_text_on_mock BOARD FAMILY:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (FAMILY: ``gemma3`` or
-``qwen2.5-vl``; one board per process, see :mod:`tests.models.board_runs`). Prints one ``ok`` line per case with its
-output shapes.
+``python -m tests.models.image_text_on_mock BOARD FAMILY:TT_DATA_PARALLEL:OPTIMIZATIONS...`` (FAMILY: ``gemma3``,
+``qwen2.5-vl`` or ``mistral3``; one board per process, see :mod:`tests.models.board_runs`). Prints one ``ok`` line per
+case with its output shapes.
 """
 
 from typing import Any
@@ -12,12 +12,13 @@ import torch
 
 from tests.models import board_runs
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration
+from tt_models.models.mistral3.generator import Mistral3ForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
-from tt_models.testing import gemma3, qwen2_5_vl
+from tt_models.testing import gemma3, mistral3, qwen2_5_vl
 from tt_models.testing.images import random_image
 
 MAX_BATCH, BLOCK, NUM_BLOCKS, WIDTH = 2, 32, 4, 2
-SHAPES = [(1, 1, gemma3.VOCAB), (MAX_BATCH, 1, gemma3.VOCAB)]  # prefill's and decode's logits (both vocabularies 512)
+SHAPES = [(1, 1, gemma3.VOCAB), (MAX_BATCH, 1, gemma3.VOCAB)]  # prefill's and decode's logits (all vocabularies 512)
 # Each chip of an n300 one tile of the hidden widths (64), one 32-wide head of each tower and the text (2 heads, one
 # KV head: replicated on both chips); the vision MLPs 48 columns a chip (not whole tiles, as real towers' split).
 TEXT = dict(hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
@@ -28,6 +29,9 @@ GEMMA3_VISION = dict(hidden_size=64, num_hidden_layers=1, intermediate_size=96, 
 # Qwen2.5-VL: one window and one full-attention vision block; a 112 x 56 image (2 windows of 2 x 2 merge units).
 QWEN_TEXT = TEXT | dict(num_hidden_layers=1)
 QWEN_VISION = dict(depth=2, fullatt_block_indexes=[1], intermediate_size=96, out_hidden_size=64)
+# Mistral 3: one text layer (with its sliding window), one vision layer; an 84 x 56 image (3 x 2 merged tokens).
+MISTRAL3_TEXT = TEXT | dict(num_hidden_layers=1)
+MISTRAL3_VISION = dict(num_hidden_layers=1, intermediate_size=96)
 
 
 def _gemma3() -> tuple[Any, Any, list[int], dict[str, Any]]:
@@ -46,7 +50,14 @@ def _qwen2_5_vl() -> tuple[Any, Any, list[int], dict[str, Any]]:
     return hf, Qwen2_5_VLForConditionalGeneration, tokens, dict(pixel_values=[pixel_values], image_grid_thw=[grids])
 
 
-FAMILIES = {"gemma3": _gemma3, "qwen2.5-vl": _qwen2_5_vl}
+def _mistral3() -> tuple[Any, Any, list[int], dict[str, Any]]:
+    hf = mistral3.tiny_mistral3(**MISTRAL3_VISION, text=MISTRAL3_TEXT)
+    pixel_values = mistral3.processed([random_image(84, 56, seed=0)])
+    tokens = mistral3.prompt([[5, 6], [7]], pixel_values)
+    return hf, Mistral3ForConditionalGeneration, tokens, dict(pixel_values=[pixel_values])
+
+
+FAMILIES = {"gemma3": _gemma3, "qwen2.5-vl": _qwen2_5_vl, "mistral3": _mistral3}
 
 
 def run(device, family: str, data_parallel: int, optimizations: str) -> list[tuple[int, ...]]:
@@ -62,7 +73,7 @@ def run(device, family: str, data_parallel: int, optimizations: str) -> list[tup
     decoded = model.decode_forward(
         tokens=torch.ones(MAX_BATCH, 1, dtype=torch.int32), start_pos=torch.tensor([len(tokens), -1]),
         page_table=torch.tensor([[2, 0], [0, 0]], dtype=torch.int32), kv_cache=kv,
-        rope_deltas_all_users=[int(deltas[0]), 0])  # (Gemma 3 takes and ignores it, as any unknown keyword)
+        rope_deltas_all_users=[int(deltas[0]), 0])  # (Gemma 3 and Mistral 3 take and ignore it, as any unknown keyword)
     return [tuple(logits.shape), tuple(decoded.shape)]
 
 

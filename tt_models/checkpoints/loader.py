@@ -70,8 +70,8 @@ class Checkpoint:
     With tied embeddings ``lm_head.weight`` is present and shares storage with
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
     ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
-    image processor of Llama 3.2 Vision, Qwen2.5-VL and Gemma 3 directories with a ``preprocessor_config.json``; None
-    otherwise.
+    image processor of Llama 3.2 Vision, Qwen2.5-VL, Gemma 3 and Mistral 3 directories with a
+    ``preprocessor_config.json``; None otherwise.
     ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
     An HF Whisper directory's is completed with the Whisper fields it lacks, as far as its tokenizer allows
     (``whisper_generation``).
@@ -143,11 +143,11 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
 
 def _image_processor(directory: Path, config: PretrainedConfig) -> BaseImageProcessor | None:
     """The image processor of a directory with a ``preprocessor_config.json``, by model type. Mllama's: the pillow
-    backend. Qwen2.5-VL's and Gemma 3's: HF's default backend, torchvision's where installed (the one vLLM's
-    processor uses, whose resize differs from pillow's by a few levels), else pillow's. Imported here, when a
+    backend. Qwen2.5-VL's, Gemma 3's and Mistral 3's: HF's default backend, torchvision's where installed (the one
+    vLLM's processor uses, whose resize differs from pillow's by a few levels), else pillow's. Imported here, when a
     directory needs one: transformers' image processing imports torchvision, and torch's compiler with it (2 s of
     every start of a process that serves no images)."""
-    if config.model_type not in ("mllama", "qwen2_5_vl", "gemma3") or \
+    if config.model_type not in ("mllama", "qwen2_5_vl", "gemma3", "mistral3") or \
             not (directory / "preprocessor_config.json").is_file():
         return None
     from transformers import AutoImageProcessor

@@ -30,11 +30,12 @@ class KVShape:
 
 
 # Image tokens in the prompt, the vision tower's output in their rows.
-PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl", "gemma3"})
+PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl", "gemma3", "mistral3"})
 
 
 def has_prompt_images(hf_config: PretrainedConfig) -> bool:
-    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL, Gemma 3)."""
+    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL, Gemma 3,
+    Mistral 3)."""
     return getattr(hf_config, "model_type", None) in PROMPT_IMAGE_MODELS
 
 

@@ -7,6 +7,9 @@
   + ``<end_of_image>\\n\\n`` (HF's ``full_image_sequence``; with pan-and-scan crops HF's sentence around one such
   sequence per crop), then newline tokens left side by side are merged as the tokenizer would have written them
   (vLLM's token-level replacement); an image is its ``[1 + crops, C, H, W]`` pixels.
+- Mistral 3: each ``[IMG]`` becomes a row of ``[IMG]`` per merged token followed by ``[IMG_BREAK]``, for each row of
+  the processed image, the last ``[IMG_BREAK]`` being ``[IMG_END]`` (HF's ``PixtralProcessor``); an image is its
+  ``[C, h, w]`` pixels at its own size (HF's batch cropped to its ``image_sizes``, as vLLM's processor hands them).
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ def expand(hf_config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase | Non
     if hf_config.model_type == "gemma3":  # RGB: Gemma3Processor's default, which its image processor alone lacks
         return _gemma3(hf_config, tokenizer, token_ids,
                        image_processor(images=images, return_tensors="pt", do_convert_rgb=True))
+    if hf_config.model_type == "mistral3":
+        # PixtralProcessor's size alignment: whole merged tokens (patch_size * spatial_merge_size pixels).
+        side = hf_config.vision_config.patch_size * hf_config.spatial_merge_size
+        return _mistral3(hf_config, tokenizer, token_ids, side, image_processor(
+            images=images, return_tensors="pt", patch_size={"height": side, "width": side}))
     return _qwen2_5_vl(hf_config, token_ids, image_processor(images=images, return_tensors="pt"))
 
 
@@ -58,6 +66,23 @@ def _gemma3(hf_config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase | No
                  for t in (next(replacements) if token == hf_config.boi_token_id else [token])]
     return _merged_newlines(tokenizer, token_ids), {"pixel_values": list(out["pixel_values"].split(
         [1 + n for n in crops]))}
+
+
+def _mistral3(hf_config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase | None, token_ids: list[int],
+              side: int, out: Any) -> tuple[list[int], PromptImages]:
+    if tokenizer is None:
+        raise ValueError("mistral3 needs the checkpoint's tokenizer to take images")
+    image, image_break, image_end = hf_config.image_token_id, *tokenizer.convert_tokens_to_ids(["[IMG_BREAK]",
+                                                                                                "[IMG_END]"])
+    pixel_values = [p[:, :h, :w] for p, (h, w) in zip(out["pixel_values"], out["image_sizes"].tolist())]
+
+    def layout(pixels: torch.Tensor) -> list[int]:
+        rows, cols = pixels.shape[-2] // side, pixels.shape[-1] // side
+        return (([image] * cols + [image_break]) * rows)[:-1] + [image_end]
+
+    replacements = iter(layout(p) for p in pixel_values)
+    token_ids = [t for token in token_ids for t in (next(replacements) if token == image else [token])]
+    return token_ids, {"pixel_values": pixel_values}
 
 
 def _merged_newlines(tokenizer: PreTrainedTokenizerBase, token_ids: list[int]) -> list[int]:

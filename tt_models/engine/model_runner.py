@@ -38,16 +38,18 @@ def generator_classes() -> dict[str, type]:
     from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
     from tt_models.models.gemma3.generator import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
     from tt_models.models.llama.generator import (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-                                                  Qwen3ForCausalLM)
+                                                  Qwen3ForCausalLM, Qwen3MoeForCausalLM)
+    from tt_models.models.mistral3.generator import Mistral3ForConditionalGeneration
     from tt_models.models.mllama.generator import MllamaForConditionalGeneration
     from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
     from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
     return {cls.__name__: cls for cls in (BartForConditionalGeneration, Gemma3ForCausalLM,
                                           Gemma3ForConditionalGeneration, MBartForConditionalGeneration,
-                                          LlamaForCausalLM, MistralForCausalLM, MllamaForConditionalGeneration,
+                                          LlamaForCausalLM, MistralForCausalLM, Mistral3ForConditionalGeneration,
+                                          MllamaForConditionalGeneration,
                                           Qwen2ForCausalLM, Qwen2_5_VLForConditionalGeneration, Qwen3ForCausalLM,
-                                          WhisperForConditionalGeneration)}
+                                          Qwen3MoeForCausalLM, WhisperForConditionalGeneration)}
 
 
 def generator_class(hf_config: Any) -> type:
@@ -75,6 +77,7 @@ class ModelRunner:
         tensor-parallel replica; default ``(1, data_parallel_size)``."""
         hf_config = checkpoint.config
         self.config = config
+        self.hf_config = hf_config
         self.vocab_size: int = decoder_config(hf_config).vocab_size
         self.uses_cross = uses_cross_attention(hf_config)
         self.image_text = is_image_text(hf_config)
@@ -265,10 +268,10 @@ class ModelRunner:
         return logits
 
     def _prefill_prompt_images(self, kwargs: dict[str, Any], requests: list[Any]) -> torch.Tensor:
-        """TT vLLM's V1 image contract (Qwen2.5-VL, Gemma 3): a row's images (None: text only) at every prefill whose
-        chunk ends past its first image token, so a chunk holding image tokens, a copy-on-write rebuild or a
-        recomputation after preemption reruns the vision tower on them (and Qwen2.5-VL's later chunks get the images'
-        positions); M-RoPE deltas returned are kept per request for decode."""
+        """TT vLLM's V1 image contract (Qwen2.5-VL, Gemma 3, Mistral 3): a row's images (None: text only) at every
+        prefill whose chunk ends past its first image token, so a chunk holding image tokens, a copy-on-write rebuild
+        or a recomputation after preemption reruns the vision tower on them (and Qwen2.5-VL's later chunks get the
+        images' positions); M-RoPE deltas returned are kept per request for decode."""
         image_token = self.model.image_token_id
         images = [r.inputs.prompt_images if r.inputs.prompt_images is not None
                   and image_token in r.inputs.prompt_token_ids[:end] else None
@@ -282,6 +285,31 @@ class ModelRunner:
         for request, delta in zip(requests, deltas.tolist()):
             request.rope_delta = delta
         return logits
+
+    def check_cross_heads(self, heads: Any) -> None:
+        """Raises ValueError unless ``heads`` are ``[layer, head]`` pairs of the model's cross-attention (on
+        single-chip replicas: the pass reads one chip's heads)."""
+        config = self.hf_config
+        layers, n_heads = getattr(config, "decoder_layers", 0), getattr(config, "decoder_attention_heads", 0)
+        if not self.uses_cross or self.image_text:
+            raise ValueError("alignment_heads: the model has no encoder-decoder cross-attention")
+        devices = getattr(self.model, "devices", None)
+        if devices and devices[0].get_num_devices() > 1:
+            raise ValueError("alignment_heads: cross-attention weights are computed on single-chip replicas only")
+        if not isinstance(heads, (list, tuple)) or not heads or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(i, int) for i in p)
+                and 0 <= p[0] < layers and 0 <= p[1] < n_heads for p in heads):
+            raise ValueError(f"alignment_heads must be [layer, head] pairs of the decoder's {layers} layers of "
+                             f"{n_heads} heads, got {heads!r}")
+
+    def cross_attention_weights(self, seq: Sequence, kv: Any) -> torch.Tensor:
+        """The cross-attention probabilities of the request's ``alignment_heads`` over the sequence's tokens but the
+        last (``cross_attention_weights`` of the contract's extension), read from its request's cross blocks."""
+        request = seq.request
+        cross = torch.tensor([kv.cross_table(request.request_id)], dtype=torch.int32)
+        return self.model.cross_attention_weights(self.kv_cache, [seq.token_ids[:-1]], cross, [request.encoder_len],
+                                                  request.alignment_heads,
+                                                  empty_slots=[request.replica * self.slots_per_replica])[0]
 
     def write_cross(self, states: torch.Tensor, cross_blocks: list[int], encoder_len: int, replica: int) -> None:
         """One request's encoder states, computed elsewhere, into its cross blocks on ``replica``

@@ -1,5 +1,5 @@
 """A pre-norm decoder block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))`` (Llama, Qwen2, Qwen3, Mistral;
-Qwen3 norms each Q and K head before the rotary).
+Qwen3 norms each Q and K head before the rotary; Qwen3-MoE's sparse layers run a mixture of experts as the MLP).
 
 In decode the residual stream stays in ``decode.residual`` (L1 width-sharded when sharded, as tt_transformers'
 ``DECODE_RESIDUAL_MEMCFG``): each norm reshards it onto the grid of the matmul it feeds and each sublayer's output
@@ -17,6 +17,7 @@ from tt_models.tt.attention import Attention
 from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import DecoderArgs, Precision
+from tt_models.tt.moe import MoE
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.residual import pre_norm_residual
 from tt_models.tt.rope import hf_to_meta_rows
@@ -42,7 +43,10 @@ class TransformerBlock:
         self.attention = Attention(args, state, attn, device, precision.attention_weights, decode,
                                    qk_norms=head_norms(state, attn, args.norm_eps, device))
         self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
-        self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, decode)
+        if args.experts is not None and layer in args.experts.sparse_layers:
+            self.feed_forward = MoE(state, f"{prefix}mlp.", args.experts, device, precision.mlp_weights)
+        else:
+            self.feed_forward = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, decode)
 
     def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:
         h = pre_norm_residual(x, self.attention_norm,

@@ -59,6 +59,34 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class ExpertArgs:
+    """The mixture-of-experts layers of a config: ``n_experts`` SwiGLU experts ``hidden_dim`` wide, ``top_k`` of them
+    per token. ``routing``: "softmax_topk" (Qwen3-MoE: softmax over every expert, top-k, renormalized over the k when
+    ``normalize``) or "topk_softmax" (GPT-OSS: top-k of the router logits, softmax over the k)."""
+
+    n_experts: int
+    top_k: int
+    hidden_dim: int
+    routing: str
+    normalize: bool
+    sparse_layers: frozenset[int]
+
+    @classmethod
+    def from_hf(cls, hf_config: Any) -> "ExpertArgs | None":
+        """None for a dense config."""
+        layers = range(hf_config.num_hidden_layers)
+        if hf_config.model_type == "qwen3_moe":  # HF's Qwen3MoeDecoderLayer picks its sparse layers so
+            step, dense = hf_config.decoder_sparse_step, set(hf_config.mlp_only_layers)
+            sparse = {i for i in layers if i not in dense and hf_config.num_experts > 0 and (i + 1) % step == 0}
+            return cls(hf_config.num_experts, hf_config.num_experts_per_tok, hf_config.moe_intermediate_size,
+                       "softmax_topk", bool(hf_config.norm_topk_prob), frozenset(sparse))
+        if hf_config.model_type == "gpt_oss":
+            return cls(hf_config.num_local_experts, hf_config.num_experts_per_tok, hf_config.intermediate_size,
+                       "topk_softmax", True, frozenset(layers))
+        return None
+
+
+@dataclass(frozen=True)
 class DecoderArgs:
     """What the decoder-only blocks need to know about a model, read from its HF config."""
 
@@ -74,6 +102,7 @@ class DecoderArgs:
     max_batch_size: int
     max_seq_len: int
     sliding_window: int | None = None
+    experts: ExpertArgs | None = None
 
     # Decode runs one 32-row tile of users (as tt_transformers does): rows past the batch are padding.
     decode_rows: int = 32
@@ -100,6 +129,7 @@ class DecoderArgs:
             max_batch_size=max_batch_size,
             max_seq_len=max_seq_len,
             sliding_window=_sliding_window(hf_config),
+            experts=ExpertArgs.from_hf(hf_config),
         )
 
 

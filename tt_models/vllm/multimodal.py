@@ -24,7 +24,15 @@ from vllm.model_executor.models.qwen2_5_vl import (
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.renderers.params import TokenizeParams
 
-__all__ = ["Gemma3MultiModal", "Qwen2_5_VLMultiModal", "register_gemma3", "register_qwen2_5_vl"]
+from tt_models.vllm.pixtral_names import provide_pixtral_names_on_import
+
+provide_pixtral_names_on_import()  # before vLLM's Mistral 3 module imports its Pixtral module
+from vllm.model_executor.models.mistral3 import (  # noqa: E402
+    Mistral3DummyInputsBuilder, Mistral3ForConditionalGeneration, Mistral3MultiModalProcessor, Mistral3ProcessingInfo,
+)
+
+__all__ = ["Gemma3MultiModal", "Mistral3MultiModal", "Qwen2_5_VLMultiModal", "register_gemma3", "register_mistral3",
+           "register_qwen2_5_vl"]
 
 # HF's own default (1280 merged tokens of 28 x 28 px). The real checkpoints' preprocessor_config.json allows
 # 12845056 px, 16384 tokens an image: vLLM would budget every image at that, more than a 4096-token context.
@@ -99,3 +107,34 @@ class Gemma3MultiModal(SupportsMultiModal):
     def get_placeholder_str(cls, modality: str, i: int) -> str | None:
         # vLLM's Gemma 3's placeholder: <start_of_image>, which its processor expands.
         return Gemma3ForConditionalGeneration.get_placeholder_str(modality, i)
+
+
+class TTMistral3ProcessingInfo(Mistral3ProcessingInfo):
+    """At most ``MAX_IMAGES`` a prompt (vLLM's own allows any number)."""
+
+    def get_supported_mm_limits(self) -> Mapping[str, int | None]:
+        return {"image": MAX_IMAGES}
+
+
+class TTMistral3MultiModalProcessor(Mistral3MultiModalProcessor):
+    """vLLM's Mistral 3 processor (each [IMG] expanded to the image's rows with [IMG_BREAK] / [IMG_END]; pixel_values
+    per item cropped to the image's size, so the image_sizes the plugin drops are the pixels' shape), with its
+    text-only step working under transformers 5."""
+
+    def _apply_hf_processor_text_only(self, prompt_text: str, tokenization_kwargs: Mapping[str, object]) -> list[int]:
+        # As Gemma 3's: transformers 5's PixtralProcessor refuses text holding [IMG] without images ("Found 1 [IMG]
+        # tokens in the text but no images were passed"), which the encoder budget's dummy inputs take at startup.
+        return self.info.get_tokenizer()(prompt_text, **tokenization_kwargs)["input_ids"]
+
+
+register_mistral3 = MULTIMODAL_REGISTRY.register_processor(
+    TTMistral3MultiModalProcessor, info=TTMistral3ProcessingInfo, dummy_inputs=Mistral3DummyInputsBuilder)
+
+
+class Mistral3MultiModal(SupportsMultiModal):
+    """What vLLM asks of a Mistral 3 class beside its processor (derived from after the generator base)."""
+
+    @classmethod
+    def get_placeholder_str(cls, modality: str, i: int) -> str | None:
+        # vLLM's Mistral 3's: none (the chat template writes [IMG] for each image part).
+        return Mistral3ForConditionalGeneration.get_placeholder_str(modality, i)

@@ -76,6 +76,9 @@ def register_tt_models() -> None:
         logger.warning("tt-models: vLLM is not installed; no TT vLLM models registered "
                        "(scripts/install_vllm.sh installs the TT build of vLLM 0.25.1)")
         return
+    # vLLM's Mistral 3 module, which its inspection subprocess imports too, needs two names transformers 5.25 lacks.
+    from tt_models.vllm.pixtral_names import provide_pixtral_names_on_import
+    provide_pixtral_names_on_import()
     path = generator_module_path()
     if path is None:
         logger.warning("tt-models: %s.py is not importable (reinstall tt-models: its wheel has it); "

@@ -93,5 +93,10 @@ class Qwen3ForCausalLM(LlamaForCausalLM):
     """Qwen3 (dense: RMSNorms of each Q and K head, no Q/K/V bias) on the Llama-family blocks."""
 
 
+class Qwen3MoeForCausalLM(LlamaForCausalLM):
+    """Qwen3-MoE (Qwen3's attention; routed experts in its sparse layers: :mod:`tt_models.tt.moe`) on the
+    Llama-family blocks."""
+
+
 class MistralForCausalLM(LlamaForCausalLM):
     """Mistral (sliding-window attention when its config sets one) on the Llama-family blocks."""

@@ -18,6 +18,7 @@ from .kv_cache import *  # noqa: F401,F403
 from .matmul import *  # noqa: F401,F403
 from .mesh import *  # noqa: F401,F403
 from .normalization import *  # noqa: F401,F403
+from .reduction import *  # noqa: F401,F403
 from .sampling import *  # noqa: F401,F403
 from .tensor import Tensor  # noqa: F401
 from .trace import *  # noqa: F401,F403
@@ -28,16 +29,16 @@ import sys as _sys
 
 # The op modules by module name: ``from . import matmul`` would give the ``matmul`` function that
 # ``from .matmul import *`` put in this namespace (likewise ``sampling``, ``embedding``).
-_core, _dm, _eltwise, _embedding, _kv_cache, _matmul, _normalization, _sampling = (
+_core, _dm, _eltwise, _embedding, _kv_cache, _matmul, _normalization, _reduction, _sampling = (
     _sys.modules[f"{__name__}.{_m}"] for _m in ("core", "data_movement", "eltwise", "embedding", "kv_cache",
-                                                 "matmul", "normalization", "sampling"))
+                                                 "matmul", "normalization", "reduction", "sampling"))
 
 # Device ops run chip by chip on a mesh (see mesh.py) and are recorded while a trace is being captured (see
 # trace.py); the collectives, which read across chips, are only recorded.
 _DEVICE_OPS = ["to_layout", "typecast", "to_memory_config", "interleaved_to_sharded", "sharded_to_interleaved", "clone"]
 for _module, _names in [(_core, _DEVICE_OPS), (_dm, None), (_eltwise, None), (_embedding, None), (_kv_cache, None),
-                        (_matmul, None), (_normalization, None), (_sampling, None), (experimental, None),
-                        (transformer, None)]:
+                        (_matmul, None), (_normalization, None), (_reduction, None), (_sampling, None),
+                        (experimental, None), (transformer, None)]:
     for _name in _names or getattr(_module, "__all__", []):
         _fn = getattr(_module, _name)
         if callable(_fn) and not isinstance(_fn, type) and not hasattr(_fn, "__wrapped__"):

@@ -30,6 +30,7 @@ __all__ = [
     "div",
     "eq",
     "gt",
+    "ge",
     "where",
     "neg",
     "exp",
@@ -42,6 +43,7 @@ __all__ = [
     "rsqrt",
     "sqrt",
     "reciprocal",
+    "clamp",
     "plus_one",
 ]
 
@@ -232,6 +234,16 @@ def gt(input_tensor_a: Tensor, input_tensor_b: Tensor | float, *, dtype: DataTyp
                    output_tensor, activations, input_tensor_a_activations, input_tensor_b_activations)
 
 
+def ge(input_tensor_a: Tensor, input_tensor_b: Tensor | float, *, dtype: DataType | None = None,
+       memory_config: MemoryConfig | None = None, output_tensor: Tensor | None = None,
+       activations: Sequence[Activation] = [], input_tensor_a_activations: Sequence[Activation] = [],
+       input_tensor_b_activations: Sequence[Activation] = [], sub_core_grids: CoreRangeSet | None = None,
+       sub_device_id: object = None) -> Tensor:
+    """1 where A >= B, 0 elsewhere, in A's dtype."""
+    return _binary("ge", lambda x, y: (x >= y).to(x.dtype), input_tensor_a, input_tensor_b, dtype, memory_config,
+                   output_tensor, activations, input_tensor_a_activations, input_tensor_b_activations)
+
+
 sub = subtract
 mul = multiply
 div = divide
@@ -321,6 +333,15 @@ def sqrt(input_tensor: Tensor, *, fast_and_approximate_mode: bool = False, memor
 def reciprocal(input_tensor: Tensor, *, memory_config: MemoryConfig | None = None,
                output_tensor: Tensor | None = None, sub_core_grids: CoreRangeSet | None = None) -> Tensor:
     return _unary("reciprocal", torch.reciprocal, input_tensor, memory_config, output_tensor)
+
+
+def clamp(input_tensor: Tensor, min: float | None = None, max: float | None = None, *,
+          memory_config: MemoryConfig | None = None, output_tensor: Tensor | None = None) -> Tensor:
+    """``input_tensor`` limited to ``[min, max]`` (either bound may be None, not both)."""
+    check(min is not None or max is not None, "clamp", "at least one of min and max must be given")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        raise unsupported("clamp", "tensor bounds")
+    return _unary("clamp", lambda x: x.clamp(min=min, max=max), input_tensor, memory_config, output_tensor)
 
 
 def plus_one(input_tensor: Tensor, sub_core_grids: CoreRangeSet | None = None,
