@@ -9,8 +9,9 @@ that includes undoing llama.cpp's Q/K row permutation and dequantizing (always t
 older on-disk layouts to the current class's names (the Llama 3.2 Vision checkpoints on the hub store
 ``language_model.model.*``, ``language_model.lm_head.weight``, ``vision_model.*`` and ``multi_modal_projector.*``;
 transformers 5 names them ``model.language_model.*``, ``lm_head.weight``, ``model.vision_model.*`` and
-``model.multi_modal_projector.*``). The weights are loaded once, into an HF model whose tensors the
-returned state dict shares; the model itself is dropped, so only one copy stays in memory.
+``model.multi_modal_projector.*``); GPT-OSS's MXFP4 experts are dequantized (``Mxfp4Config(dequantize=True)``). The
+weights are loaded once, into an HF model whose tensors the returned state dict shares; the model itself is dropped,
+so only one copy stays in memory.
 Nothing is downloaded: hub ids resolve only against the local HF cache.
 """
 
@@ -23,7 +24,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import transformers
@@ -70,7 +71,7 @@ class Checkpoint:
     With tied embeddings ``lm_head.weight`` is present and shares storage with
     ``model.embed_tokens.weight``. ``tokenizer`` is None when the directory ships none.
     ``processor`` is the processor (feature extractor + tokenizer) of speech models (CTranslate2 Whisper), or the
-    image processor of Llama 3.2 Vision, Qwen2.5-VL, Gemma 3 and Mistral 3 directories with a
+    image processor of Llama 3.2 Vision, Qwen2.5-VL, Qwen3-VL, Gemma 3 and Mistral 3 directories with a
     ``preprocessor_config.json``; None otherwise.
     ``generation_config``: CTranslate2 Whisper's, or an HF directory's ``generation_config.json``; None without one.
     An HF Whisper directory's is completed with the Whisper fields it lacks, as far as its tokenizer allows
@@ -129,7 +130,8 @@ def _resolve(model: str | Path) -> Path:
 
 def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
-    weights = _model_class(config).from_pretrained(directory, config=config, dtype=dtype, local_files_only=True)
+    weights = _model_class(config).from_pretrained(directory, config=config, dtype=dtype, local_files_only=True,
+                                                   **_dequantized(config))
     has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True) if has_tokenizer else None
     generation_config = None
@@ -141,13 +143,27 @@ def _load_directory(directory: Path, dtype: torch.dtype) -> Checkpoint:
                       generation_config=generation_config)
 
 
+def _dequantized(config: PretrainedConfig) -> dict[str, Any]:
+    """``from_pretrained``'s arguments for a quantized checkpoint: GPT-OSS's MXFP4 experts (``*_blocks``, ``*_scales``)
+    dequantized by transformers' own function (``Mxfp4Dequantize``: exact in float32) whatever the host has (its
+    MXFP4 kernels need Triton); the device stores them in the profile's block-float format."""
+    quantization = getattr(config, "quantization_config", None)
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else \
+        getattr(quantization, "quant_method", None)
+    if method != "mxfp4":
+        return {}
+    from transformers import Mxfp4Config
+
+    return {"quantization_config": Mxfp4Config(dequantize=True)}
+
+
 def _image_processor(directory: Path, config: PretrainedConfig) -> BaseImageProcessor | None:
     """The image processor of a directory with a ``preprocessor_config.json``, by model type. Mllama's: the pillow
-    backend. Qwen2.5-VL's, Gemma 3's and Mistral 3's: HF's default backend, torchvision's where installed (the one
+    backend. Qwen2.5-VL's, Qwen3-VL's, Gemma 3's and Mistral 3's: HF's default backend, torchvision's where installed (the one
     vLLM's processor uses, whose resize differs from pillow's by a few levels), else pillow's. Imported here, when a
     directory needs one: transformers' image processing imports torchvision, and torch's compiler with it (2 s of
     every start of a process that serves no images)."""
-    if config.model_type not in ("mllama", "qwen2_5_vl", "gemma3", "mistral3") or \
+    if config.model_type not in ("mllama", "qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3") or \
             not (directory / "preprocessor_config.json").is_file():
         return None
     from transformers import AutoImageProcessor

@@ -30,17 +30,17 @@ class KVShape:
 
 
 # Image tokens in the prompt, the vision tower's output in their rows.
-PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl", "gemma3", "mistral3"})
+PROMPT_IMAGE_MODELS = frozenset({"qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3"})
 
 
 def has_prompt_images(hf_config: PretrainedConfig) -> bool:
-    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL, Gemma 3,
-    Mistral 3)."""
+    """Images whose tokens sit in the prompt, expanded from one placeholder per image (Qwen2.5-VL, Qwen3-VL,
+    Gemma 3, Mistral 3)."""
     return getattr(hf_config, "model_type", None) in PROMPT_IMAGE_MODELS
 
 
 def uses_mrope(hf_config: PretrainedConfig) -> bool:
-    """M-RoPE (Qwen2.5-VL; vLLM's test, ``mrope_section`` in the rope parameters): prefill returns each row's
+    """M-RoPE (Qwen2.5-VL, Qwen3-VL; vLLM's test, ``mrope_section`` in the rope parameters): prefill returns each row's
     position delta, which its decode steps take back."""
     return "mrope_section" in (getattr(decoder_config(hf_config), "rope_parameters", None) or {})
 

@@ -1,7 +1,7 @@
 """A prompt's image placeholders expanded to the image tokens whose rows the model's vision tower fills, as vLLM's
 (and HF's) processors expand them, with each image's pixels for the generator's ``prefill_forward``.
 
-- Qwen2.5-VL: each ``<|image_pad|>`` becomes the image's ``t * h * w / merge**2`` ``<|image_pad|>`` tokens; an image
+- Qwen2.5-VL and Qwen3-VL: each ``<|image_pad|>`` becomes the image's ``t * h * w / merge**2`` ``<|image_pad|>`` tokens; an image
   is its flat patches ``[t * h * w, C * T * p * p]`` and its ``image_grid_thw`` ``(t, h, w)``.
 - Gemma 3: each ``<start_of_image>`` becomes ``\\n\\n<start_of_image>`` + ``mm_tokens_per_image`` ``<image_soft_token>``
   + ``<end_of_image>\\n\\n`` (HF's ``full_image_sequence``; with pan-and-scan crops HF's sentence around one such

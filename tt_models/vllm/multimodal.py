@@ -4,7 +4,7 @@
 vLLM treats a model as multimodal only when its class is ``SupportsMultiModal`` and carries a processor registered
 with ``MULTIMODAL_REGISTRY``; the processor (vLLM's own, run on the host in the front end and again for the
 scheduler's encoder budget) expands each image's placeholder in the prompt and hands the model its
-``pixel_values`` (and Qwen2.5-VL's ``image_grid_thw``) per request. This module imports vLLM, so only
+``pixel_values`` (and Qwen2.5-VL's and Qwen3-VL's ``image_grid_thw``) per request. This module imports vLLM, so only
 ``generator_vllm`` (the module TT vLLM loads) imports it; the model packages and tt-models' engine never do.
 """
 
@@ -21,6 +21,9 @@ from vllm.model_executor.models.qwen2_5_vl import (
     Qwen2_5_VLDummyInputsBuilder, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLMultiModalProcessor,
     Qwen2_5_VLProcessingInfo,
 )
+from vllm.model_executor.models.qwen3_vl import (
+    Qwen3VLDummyInputsBuilder, Qwen3VLForConditionalGeneration, Qwen3VLMultiModalProcessor, Qwen3VLProcessingInfo,
+)
 from vllm.multimodal import MULTIMODAL_REGISTRY
 from vllm.renderers.params import TokenizeParams
 
@@ -31,12 +34,13 @@ from vllm.model_executor.models.mistral3 import (  # noqa: E402
     Mistral3DummyInputsBuilder, Mistral3ForConditionalGeneration, Mistral3MultiModalProcessor, Mistral3ProcessingInfo,
 )
 
-__all__ = ["Gemma3MultiModal", "Mistral3MultiModal", "Qwen2_5_VLMultiModal", "register_gemma3", "register_mistral3",
-           "register_qwen2_5_vl"]
+__all__ = ["Gemma3MultiModal", "Mistral3MultiModal", "Qwen2_5_VLMultiModal", "Qwen3VLMultiModal", "register_gemma3",
+           "register_mistral3", "register_qwen2_5_vl", "register_qwen3_vl"]
 
 # HF's own default (1280 merged tokens of 28 x 28 px). The real checkpoints' preprocessor_config.json allows
 # 12845056 px, 16384 tokens an image: vLLM would budget every image at that, more than a 4096-token context.
 QWEN2_5_VL_MAX_PIXELS = 28 * 28 * 1280
+QWEN3_VL_MAX_PIXELS = 32 * 32 * 1280  # the same 1280 tokens of Qwen3-VL's 32 x 32 px (its checkpoints allow 16384)
 MAX_IMAGES = 4  # per prompt, as tt-models' engine takes them; the classes take several (each runs the vision tower)
 
 
@@ -50,11 +54,15 @@ class TTQwen2_5_VLProcessingInfo(Qwen2_5_VLProcessingInfo):
     def get_hf_processor(self, **kwargs: object) -> Any:
         # vLLM caches the processor; its image processor's size is what both the resize and vLLM's token counts
         # (``_get_vision_info``, the encoder budget) read, so capping it there keeps the two in step.
-        processor = super().get_hf_processor(**kwargs)
-        size = processor.image_processor.size
-        if size["longest_edge"] > QWEN2_5_VL_MAX_PIXELS:
-            processor.image_processor.size = size | {"longest_edge": QWEN2_5_VL_MAX_PIXELS}
-        return processor
+        return capped(super().get_hf_processor(**kwargs), QWEN2_5_VL_MAX_PIXELS)
+
+
+def capped(processor: Any, max_pixels: int) -> Any:
+    """``processor`` with its image processor resizing to at most ``max_pixels``."""
+    size = processor.image_processor.size
+    if size["longest_edge"] > max_pixels:
+        processor.image_processor.size = size | {"longest_edge": max_pixels}
+    return processor
 
 
 register_qwen2_5_vl = MULTIMODAL_REGISTRY.register_processor(
@@ -69,6 +77,29 @@ class Qwen2_5_VLMultiModal(SupportsMultiModal):
     def get_placeholder_str(cls, modality: str, i: int) -> str | None:
         # A chat message's image where the chat template takes text only: vLLM's Qwen2.5-VL's placeholder.
         return Qwen2_5_VLForConditionalGeneration.get_placeholder_str(modality, i)
+
+
+class TTQwen3VLProcessingInfo(Qwen3VLProcessingInfo):
+    """As :class:`TTQwen2_5_VLProcessingInfo`: images only, at most ``MAX_IMAGES`` a prompt, each resized to at most
+    ``QWEN3_VL_MAX_PIXELS``."""
+
+    def get_supported_mm_limits(self) -> Mapping[str, int | None]:
+        return {"image": MAX_IMAGES, "video": 0}
+
+    def get_hf_processor(self, **kwargs: object) -> Any:
+        return capped(super().get_hf_processor(**kwargs), QWEN3_VL_MAX_PIXELS)
+
+
+register_qwen3_vl = MULTIMODAL_REGISTRY.register_processor(
+    Qwen3VLMultiModalProcessor, info=TTQwen3VLProcessingInfo, dummy_inputs=Qwen3VLDummyInputsBuilder)
+
+
+class Qwen3VLMultiModal(SupportsMultiModal):
+    """What vLLM asks of a Qwen3-VL class beside its processor (as :class:`Qwen2_5_VLMultiModal`)."""
+
+    @classmethod
+    def get_placeholder_str(cls, modality: str, i: int) -> str | None:
+        return Qwen3VLForConditionalGeneration.get_placeholder_str(modality, i)
 
 
 class TTGemma3ProcessingInfo(Gemma3ProcessingInfo):

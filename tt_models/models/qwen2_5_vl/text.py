@@ -90,21 +90,32 @@ class Qwen2_5_VLText(LlamaModel):
                        image_table: Any = None) -> Iterator[Any]:
         """The hidden states ``[1, 1, chunk.padded, dim]`` of the (merged) embeddings and of each layer."""
         x = self.embedding.forward(chunk.padded_tokens(tokens))
-        rows = None if image_rows is None else _padded(image_rows[chunk.start: chunk.end], chunk.padded, -1)
-        if rows is not None and bool((rows >= 0).any()):
+        rows = chunk_image_rows(chunk, image_rows)
+        if rows is not None:
             x = place_image_rows(x, rows, image_table, self.device)
         yield x
+        yield from self.decoder_layers(x, self.prefill_rotation(chunk, positions), chunk, kv_cache)
+
+    def prefill_rotation(self, chunk: PrefillChunk, positions: torch.Tensor | None) -> tuple[Any, Any]:
+        """The chunk's cos/sin: at the prompt's 3-D ``positions [3, >= chunk.end]``, or 1-D (None: text only)."""
         if positions is None:
-            rot = self.rope.prefill(chunk.start, chunk.padded)
-        else:
-            rot = self.mrope_rotation(_padded(positions[:, chunk.start: chunk.end], chunk.padded, 0))
-        yield from self.decoder_layers(x, rot, chunk, kv_cache)
+            return self.rope.prefill(chunk.start, chunk.padded)
+        return self.mrope_rotation(_padded(positions[:, chunk.start: chunk.end], chunk.padded, 0))
 
     def decode_inputs_with_deltas(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                                   deltas: torch.Tensor) -> HostInputs:
         """Decode inputs whose rotary position is ``position + delta`` (padding rows keep -1)."""
         rope_positions = torch.where(positions >= 0, positions + deltas, positions)
         return self.decode_inputs(tokens, positions, page_table, rope_positions=rope_positions)
+
+
+def chunk_image_rows(chunk: PrefillChunk, image_rows: torch.Tensor | None) -> torch.Tensor | None:
+    """The chunk's rows of the image table ``[chunk.padded]`` (-1: text and tile padding); None when it holds no image
+    token."""
+    if image_rows is None:
+        return None
+    rows = _padded(image_rows[chunk.start: chunk.end], chunk.padded, -1)
+    return rows if bool((rows >= 0).any()) else None
 
 
 def _padded(values: torch.Tensor, length: int, value: int) -> torch.Tensor:
