@@ -54,10 +54,12 @@ def save_config_and_weights(model: WhisperForConditionalGeneration, directory: P
 @pytest.mark.parametrize("name, written", [("whisper-tiny.en", True), ("whisper-base", True),
                                            ("whisper-tiny.en", False)], ids=["tiny.en", "base", "tiny.en-without-one"])
 def test_generation_config_is_completed_as_the_real_one(tmp_path, name, written):
-    """English-only and multilingual (``lang_to_id``, ``task_to_id``): every field of the hub's has its value."""
+    """English-only and multilingual (``lang_to_id``, ``task_to_id``): every field of the hub's has its value, but
+    the alignment heads, which come from the weights, not the tokenizer (word timestamps refuse such a directory)."""
     real = load_hf_checkpoint(name)
     loaded = load_hf_checkpoint(save_hf_directory(real, tmp_path, generation_config=written))
-    expected = {k: v for k, v in real.generation_config.to_diff_dict().items() if k != "transformers_version"}
+    expected = {k: v for k, v in real.generation_config.to_diff_dict().items()
+                if k not in ("transformers_version", "alignment_heads")}
     assert {k: getattr(loaded.generation_config, k, None) for k in expected} == expected
 
 

@@ -14,7 +14,8 @@ checkpoints' files and maps the Whisper spec's variables to HF's names.
 The HF config comes from the tensor shapes and the scalar variables (``num_heads``, ``activation``), the token
 ids from ``tokenizer.json``, and ``suppress_tokens``/``begin_suppress_tokens`` from the CT2 ``config.json``
 (which the converter copied from HF's generation config). The generation config is the one the HF hub has
-for openai/whisper-tiny.en and openai/whisper-base (less the alignment heads, which only timestamps need).
+for openai/whisper-tiny.en and openai/whisper-base, alignment heads included (the CT2 ``config.json``'s
+``alignment_heads``, the cross-attention heads whose weights word timestamps align tokens to the audio with).
 """
 
 from __future__ import annotations
@@ -286,9 +287,12 @@ def _english_spelling_mapping_or_none() -> dict[str, str] | None:
 
 
 def whisper_generation_config(tokenizer: WhisperTokenizer, ct2_config: dict, vocab_size: int) -> GenerationConfig:
-    """The generation config of the matching openai/whisper-* hub checkpoint (without alignment heads): the fields
-    that follow from the tokenizer, and the suppressed tokens of the CT2 ``config.json``."""
+    """The generation config of the matching openai/whisper-* hub checkpoint: the fields that follow from the
+    tokenizer, and the suppressed tokens and alignment heads (``[[layer, head], ...]``, when it has them) of the
+    CT2 ``config.json``."""
     values = whisper_generation_values(tokenizer, vocab_size >= MULTILINGUAL_VOCAB_SIZE, ct2_config.get("lang_ids"))
+    if ct2_config.get("alignment_heads"):
+        values["alignment_heads"] = [[int(layer), int(head)] for layer, head in ct2_config["alignment_heads"]]
     return GenerationConfig(**values, suppress_tokens=list(ct2_config.get("suppress_ids", [])),
                             begin_suppress_tokens=list(ct2_config.get("suppress_ids_begin",
                                                                       [220, values["eos_token_id"]])))

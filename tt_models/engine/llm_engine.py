@@ -121,6 +121,8 @@ class LLMEngine(RequestIntake[Request]):
             params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_stops])
         request = Request(request_id, inputs, params, time.monotonic() if arrival_time is None else arrival_time,
                           self.eos_token_id, self.config.max_model_len)
+        if request.alignment_heads is not None:
+            self.runner.check_cross_heads(request.alignment_heads)
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n={params.n} sequences exceed max_num_seqs={self.config.max_num_seqs}")
         kv = self.scheduler.kvs[0]  # every replica's pool has the same size
@@ -333,6 +335,10 @@ class LLMEngine(RequestIntake[Request]):
             if seq.finish_reason is not None:
                 ended.append(request)
                 self.runner.remove(seq)
+                if request.alignment_heads is not None and request.status is RequestStatus.RUNNING:
+                    # Before its request's cross blocks are freed (a preempted request no longer holds them).
+                    kv = self.scheduler.kvs[request.replica]
+                    seq.alignment_weights = self.runner.cross_attention_weights(seq, kv)
                 if request.status is not RequestStatus.WAITING:  # preempted since it was sampled: holds nothing
                     self.scheduler.free_seq(seq)
         self.stats["generated_tokens"] += committed

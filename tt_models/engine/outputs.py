@@ -33,6 +33,10 @@ class CompletionOutput:
     logprobs: list[dict[int, Logprob]] | None
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None
+    # tt-models: with ``extra_args={"alignment_heads": [[layer, head], ...]}``, once finished, the cross-attention
+    # probabilities of those heads over its tokens but the last (prompt and output, as a teacher-forced pass sees
+    # them): a host tensor [heads, tokens, encoder positions] (Whisper's word timestamps).
+    alignment_weights: object = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None

@@ -63,6 +63,7 @@ class Sequence:
         self.cumulative_logprob = 0.0 if params.num_logprobs is not None else None
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
+        self.alignment_weights: object = None  # see CompletionOutput.alignment_weights
 
     @property
     def finished(self) -> bool:
@@ -132,7 +133,7 @@ class Sequence:
     def completion(self) -> CompletionOutput:
         return CompletionOutput(self.index, self.text, list(self.output_token_ids), self.cumulative_logprob,
                                 None if self.logprobs is None else list(self.logprobs), self.finish_reason,
-                                self.stop_reason)
+                                self.stop_reason, self.alignment_weights)
 
 
 class Request:
@@ -143,6 +144,8 @@ class Request:
         self.request_id = request_id
         self.inputs = inputs
         self.params = params
+        # The [layer, head] pairs whose cross-attention weights each sequence gets when it finishes (word timestamps).
+        self.alignment_heads: list[list[int]] | None = (params.extra_args or {}).get("alignment_heads")
         # Its structured outputs constraint, which each sequence follows, compiling until the future is done.
         self.grammar: Future[CompiledGrammar] | None = None
         self.eos_token_id = eos_token_id

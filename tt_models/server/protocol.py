@@ -426,13 +426,27 @@ class Transcription(BaseModel):
     usage: DurationUsage
 
 
+class TranscriptionWord(BaseModel):
+    word: str
+    start: float
+    end: float
+
+
 class TranscriptionVerbose(BaseModel):
+    """OpenAI's ``verbose_json``: ``segments`` and ``words`` as ``timestamp_granularities`` asks (None: left out of
+    the response)."""
+
     task: Literal["transcribe", "translate"]
     language: str
     duration: float
     text: str
-    segments: list[Segment]  # OpenAI's segment fields, as tt_models.speech defines them
+    segments: list[Segment] | None = None  # OpenAI's segment fields, as tt_models.speech defines them
+    words: list[TranscriptionWord] | None = None
     usage: DurationUsage
+
+    def response_json(self) -> str:
+        """The response body: the granularities not asked for are left out, as OpenAI leaves them out."""
+        return self.model_dump_json(exclude={name for name in ("segments", "words") if getattr(self, name) is None})
 
 
 class TranscriptDelta(BaseModel):

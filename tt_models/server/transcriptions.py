@@ -9,7 +9,8 @@ greedily and falls back to ever higher temperatures on a window whose text fails
 (``tt_models.speech.fallback``), a temperature above 0 samples at that temperature alone. A stream sends the
 transcript's text in time order as it grows: window by window (the text the response would have, as each window
 is final), and, when nothing after decoding can change a window (one temperature, no silence rule), the closed
-segments of the earliest unfinished window as they decode.
+segments of the earliest unfinished window as they decode. ``timestamp_granularities[]=word`` (with
+``verbose_json``, alone or with ``segment``) adds each word's start and end (``tt_models.speech.word_timestamps``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tt_models.engine.outputs import RequestOutput
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import APIError, engine_errors
 from tt_models.server.protocol import (AudioResponseFormat, DurationUsage, TokenUsage, TranscriptDelta,
-                                       TranscriptDone, Transcription, TranscriptionVerbose)
+                                       TranscriptDone, Transcription, TranscriptionVerbose, TranscriptionWord)
 from tt_models.server.serving import finish, json_response, new_id, submit
 from tt_models.server.streaming import event_stream, merge, sse
 from tt_models.server.subtitles import Cue, srt, vtt
@@ -57,11 +58,9 @@ def _check(form: AudioRequest, engine: AsyncEngine) -> None:
     if not 0 <= form.temperature <= 1:  # OpenAI's range (NaN fails it too)
         raise APIError(400, f"temperature must be in [0, 1], got {form.temperature}", param="temperature")
     granularities = set(form.timestamp_granularities or ())
-    if "word" in granularities:
-        raise APIError(400, "word timestamps are not supported", param="timestamp_granularities")
-    if granularities - {"segment"}:
-        raise APIError(400, f"timestamp_granularities takes 'segment' (and OpenAI's 'word'), got "
-                       f"{sorted(granularities)}", param="timestamp_granularities")
+    if granularities - {"segment", "word"}:
+        raise APIError(400, f"timestamp_granularities takes 'segment' and 'word', got {sorted(granularities)}",
+                       param="timestamp_granularities")
     if granularities and form.response_format != "verbose_json":  # OpenAI's rule: only verbose_json has them
         raise APIError(400, f"timestamp_granularities needs response_format verbose_json, got "
                        f"{form.response_format}", param="timestamp_granularities")
@@ -76,6 +75,7 @@ async def create_transcription(form: AudioRequest, audio: bytes, engine: AsyncEn
         raise APIError(413, f"The file is {len(audio)} bytes; the limit is {MAX_UPLOAD_BYTES}", param="file")
     options = TranscriptionOptions(language=form.language, task=form.task, prompt=form.prompt or None,
                                    timestamps=form.response_format in TIMED_FORMATS,
+                                   word_timestamps="word" in (form.timestamp_granularities or ()),
                                    temperature=form.temperature or FALLBACK_TEMPERATURES)  # OpenAI's 0
     with engine_errors():  # undecodable audio, a language or task the model does not take: 400s
         job = await run_in_threadpool(LongFormTranscription, engine.engine.processor, audio, options)
@@ -129,9 +129,13 @@ def _response(form: AudioRequest, transcript: Transcript) -> Response:
         return PlainTextResponse(srt(cues))
     if form.response_format == "vtt":
         return PlainTextResponse(vtt(cues), media_type="text/vtt")
-    return json_response(TranscriptionVerbose(task=form.task, language=transcript.language_name,
-                                              duration=transcript.duration, text=transcript.text,
-                                              segments=transcript.segments, usage=usage))
+    granularities = set(form.timestamp_granularities or ("segment",))  # OpenAI's default: segments
+    words = None if transcript.words is None else \
+        [TranscriptionWord(word=w.word.strip(), start=w.start, end=w.end) for w in transcript.words]
+    body = TranscriptionVerbose(task=form.task, language=transcript.language_name, duration=transcript.duration,
+                                text=transcript.text, usage=usage, words=words,
+                                segments=transcript.segments if "segment" in granularities else None)
+    return Response(body.response_json(), media_type="application/json")
 
 
 async def _events(job: LongFormTranscription, engine: AsyncEngine, response_id: str,

@@ -39,6 +39,7 @@ from tt_models.speech.language import LanguageDetector, no_speech_token_id
 from tt_models.speech.timestamps import TimedText, WindowSegments, parse_segments
 from tt_models.speech.vad import SpeechActivity
 from tt_models.speech.windows import Window, split_windows
+from tt_models.speech.word_timestamps import Word, alignment_heads, output_words
 
 SAMPLE_RATE = 16000
 HOP_LENGTH = 160  # samples per mel frame: a segment's ``seek`` counts them, as openai-whisper's does
@@ -52,6 +53,7 @@ class _Slot:
     window: Window
     no_speech_prob: float | None
     segments: list[Segment] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
     done: bool = False
     attempt: int = 0  # the index of the temperature it is decoded at
     judged: tuple[RequestOutput, _Verdict] | None = None  # its last final output and verdict (a stream asks first)
@@ -76,7 +78,8 @@ class TranscriptionOptions:
     ``task``: "transcribe" or "translate" (to English); ``timestamps``: decode with timestamp tokens into timed
     segments; ``prompt``: earlier text for the first window; ``condition_on_previous_text``: each later window is
     conditioned on the transcript before it (then the windows of one audio run one after another); ``vad``: each
-    segment's start and end move in to the speech inside it (``vad.py``; False: Whisper's timestamps as decoded).
+    segment's start and end move in to the speech inside it (``vad.py``; False: Whisper's timestamps as decoded);
+    ``word_timestamps``: each word's start and end too (``word_timestamps.py``; decodes with timestamp tokens).
     ``temperature``: one temperature, or those to try in turn on a window whose text fails the thresholds
     (``fallback.py``; a threshold None is not checked), openai-whisper's defaults."""
 
@@ -90,6 +93,7 @@ class TranscriptionOptions:
     logprob_threshold: float | None = -1.0
     no_speech_threshold: float | None = 0.6
     vad: bool = True
+    word_timestamps: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class Transcript:
     duration: float  # seconds of audio
     segments: list[Segment]
     task: str = "transcribe"
+    words: list[Word] | None = None  # with word_timestamps (Whisper's own times, as HF's pipeline gives them)
 
     @property
     def language_name(self) -> str:
@@ -152,6 +157,7 @@ class LongFormTranscription:
         config = processor.generation_config
         self.multilingual = LanguageDetector.supports(config)
         processor.whisper_prompt_ids(options.language, options.task)  # refuses a bad language or task now
+        self.alignment_heads = alignment_heads(config) if options.word_timestamps else None
         self.eos_token_id: int = config.eos_token_id
         # openai-whisper's sample_len: a window's text never comes near it, a runaway (hot) decode stops there.
         self.max_window_tokens: int = processor.hf_config.max_target_positions // 2
@@ -191,8 +197,9 @@ class LongFormTranscription:
                 pending[len(batch):]
         self._current = []
         segments = [segment for slot in self.slots for segment in slot.segments]
+        words = [word for slot in self.slots for word in slot.words] if options.word_timestamps else None
         return Transcript(self.text(), self.language, self.duration,
-                          [replace(segment, id=i) for i, segment in enumerate(segments)], options.task)
+                          [replace(segment, id=i) for i, segment in enumerate(segments)], options.task, words)
 
     def encoder_batches(self) -> list[EngineBatch]:
         """The batches :meth:`steps` yields whose encoder inputs follow from the audio alone, in the same order and
@@ -263,20 +270,22 @@ class LongFormTranscription:
 
     @property
     def timestamps(self) -> bool:
-        """Timestamp tokens when segments are asked for, and always for long audio: they tell where a window's
-        decoding stopped short (as HF and openai-whisper decode long-form)."""
-        return self.options.timestamps or len(self.windows) > 1
+        """Timestamp tokens when segments or words are asked for, and always for long audio: they tell where a
+        window's decoding stopped short (as HF and openai-whisper decode long-form)."""
+        return self.options.timestamps or self.options.word_timestamps or len(self.windows) > 1
 
     def _params(self, slot: _Slot) -> SamplingParams:
         """The slot's temperature, and its start sample as the seed: sampled text depends on the audio alone, not
         on what runs beside it. Logprobs of the sampled tokens (``avg_logprob``); an English-only checkpoint's
         timestamp prompt ends at ``<|startoftranscript|>``, so its first step also scores ``<|nospeech|>``."""
         no_speech_here = self.timestamps and not self.multilingual
+        extra = {"timestamps": True, "alignment_heads": self.alignment_heads} if self.alignment_heads else \
+            {"timestamps": True} if self.timestamps else None
         return SamplingParams(temperature=self.temperatures[slot.attempt], seed=slot.window.start,
                               max_tokens=self.max_window_tokens,
                               logprobs=None if no_speech_here else 0,
                               logprob_token_ids=[self.no_speech_token_id] if no_speech_here else None,
-                              extra_args={"timestamps": True} if self.timestamps else None)
+                              extra_args=extra)
 
     # ------------------------------------------------------------------------------------------------ results
 
@@ -337,6 +346,13 @@ class LongFormTranscription:
         slot.segments = [Segment(0, slot.window.start // HOP_LENGTH, *self._times(p), p.text, p.tokens,
                                  self.temperatures[slot.attempt], verdict.avg_logprob, verdict.compression_ratio,
                                  verdict.no_speech_prob) for p in verdict.pieces]
+        if self.alignment_heads and verdict.pieces:
+            window = slot.window
+            slot.words = output_words(output, self.processor.tokenizer,
+                                      median_filter_width=self.processor.hf_config.median_filter_width,
+                                      timestamp_begin=self.timestamp_begin, offset=window.start / SAMPLE_RATE,
+                                      samples=window.end - window.start, language=self.language,
+                                      closed_only=verdict.rest is not None)
         if verdict.rest is None:
             return []
         rest = _Slot(verdict.rest, slot.no_speech_prob)

@@ -93,6 +93,31 @@ class CrossAttention:
             ttnn.deallocate(part)
         ttnn.deallocate(kv)
 
+    def head_weights(self, x: Any, k_cache: Any, cross_blocks: list[int], encoder_len: int,
+                     heads: list[int]) -> Any:
+        """The attention probabilities ``softmax(Q Kᵀ · scale)`` of ``heads`` only: ``x [1, 1, R, dim]`` (the
+        sublayer's normed input) against the keys of the encoder positions ``0 .. encoder_len - 1`` in the cross
+        blocks ``cross_blocks`` (in order) -> float32 ``[1, len(heads), R, encoder_len]``, on the device.
+
+        The keys are read from the cross blocks, which hold them already (one slice per block): recomputing them
+        would need the encoder states, dropped after prefill. Scores and softmax are float32, as HF's eager
+        attention weights are (on a card: a float32 matmul output with fp32 accumulation)."""
+        rows, n_heads, dim = x.shape[2], self.n_heads, self.head_dim
+        q = ttnn.permute(ttnn.reshape(self.wq.forward(x), (1, rows, n_heads, dim)), (0, 2, 1, 3))  # [1, H, R, dim]
+        if self.q_norm is not None:
+            q = self.q_norm.forward(q)
+        block_size = k_cache.shape[2]
+        kv_heads, group = self.n_kv_heads, n_heads // self.n_kv_heads
+        keys = ttnn.concat([ttnn.slice(k_cache, (b, 0, 0, 0), (b + 1, kv_heads, block_size, dim))
+                            for b in cross_blocks], dim=2)  # [1, KV heads, blocks * block_size, dim]
+        q = ttnn.concat([ttnn.slice(q, (0, h, 0, 0), (1, h + 1, rows, dim)) for h in heads], dim=1)
+        keys = ttnn.concat([ttnn.slice(keys, (0, h // group, 0, 0), (1, h // group + 1, encoder_len, dim))
+                            for h in heads], dim=1)
+        scores = ttnn.multiply(ttnn.matmul(q, keys, transpose_b=True, dtype=ttnn.float32), self.scale)
+        for t in (q, keys):
+            ttnn.deallocate(t)
+        return ttnn.softmax(scores, dim=-1)
+
     def forward(self, x: Any, kv_cache: tuple[Any, Any], cross_page_tables: list[Any],
                 cross_positions: list[Any]) -> Any:
         """``x [1, 1, R, dim]``; per group of 32 rows, the cross table rows and ``encoder_len - 1`` (or -1)."""

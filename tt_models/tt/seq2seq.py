@@ -142,6 +142,38 @@ class Seq2SeqDecoder:
                                       chunk_start=chunk.start)
             yield x
 
+    def cross_attention_weights(self, tokens: torch.Tensor, cross_row: torch.Tensor, encoder_len: int,
+                                kv_cache: list[list[Any]], heads: list[tuple[int, int]]) -> torch.Tensor:
+        """The cross-attention probabilities of ``heads`` (``(layer, head)`` pairs) over a teacher-forced pass of
+        ``tokens`` (positions ``0 ..``; its cross K/V in its cross blocks): host float32 ``[len(heads),
+        len(tokens), encoder_len]``, in the order of ``heads``.
+
+        One prefill chunk that writes no self K/V (every block it would fill is ``-1``, which the fill ops skip; a
+        first chunk attends its own fresh K/V), through the last layer that has one of the heads; the LM head does
+        not run. The probabilities come to the host: the median filter and dynamic time warping that turn them into
+        token times (``tt_models.speech.word_timestamps``) run there, as in HF and openai-whisper."""
+        block_size = kv_cache[0][0].shape[2]
+        chunk = PrefillChunk.of(torch.full((-(-len(tokens) // block_size),), -1, dtype=torch.int32), 0, len(tokens),
+                                block_size)
+        cross_blocks = cross_row[: -(-encoder_len // block_size)].tolist()
+        by_layer: dict[int, list[int]] = {}
+        for layer, head in heads:
+            by_layer.setdefault(layer, []).append(head)
+        x = self.embed(chunk.padded_tokens(tokens), torch.arange(chunk.padded))
+        cross = cross_inputs(cross_row[None].expand(chunk.padded, -1), torch.full((chunk.padded,), encoder_len - 1),
+                             self.device)
+        unwritten = as_int_tensor(chunk.fill_blocks[None], self.device)
+        weights: dict[int, torch.Tensor] = {}
+        for i, (layer, cache) in enumerate(zip(self.layers[: max(by_layer) + 1], kv_cache)):
+            kwargs = dict(page_table=unwritten, fill_page_table=unwritten, chunk_start=0)
+            if i not in by_layer:
+                x = layer.forward_prefill(x, cache, cross, **kwargs)
+                continue
+            x, probs = layer.forward_prefill_with_cross_weights(x, cache, cross, cross_blocks, encoder_len,
+                                                                by_layer[i], **kwargs)
+            weights[i] = ttnn.to_torch(probs)[0, :, : len(tokens)].float()
+        return torch.stack([weights[layer][by_layer[layer].index(head)] for layer, head in heads])
+
     def decode_inputs(self, tokens: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor,
                       cross_page_table: torch.Tensor, encoder_lens: torch.Tensor) -> HostInputs:
         """The host inputs of :meth:`decode_device` for one token per user (``positions`` ``-1``: a padding row),

@@ -138,6 +138,32 @@ class Seq2SeqGenerator(Generator):
     def dummy_encoder_input(self, args: Seq2SeqArgs) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def cross_attention_weights(self, kv_cache: Any, tokens: list[Any], cross_page_table: Any, encoder_lens: Any,
+                                heads: list[list[int]], empty_slots: Any = None,
+                                **kwargs: Any) -> list[torch.Tensor]:
+        """Row ``i``'s cross-attention probabilities of ``heads`` (``[layer, head]`` pairs, e.g. Whisper's alignment
+        heads) over a teacher-forced pass of ``tokens[i]`` (decoder positions ``0 ..``), its cross K/V already in
+        the cross blocks of ``cross_page_table[i]`` (on the replica owning slot ``empty_slots[i]``, default ``i``):
+        host float32 ``[len(heads), len(tokens[i]), encoder_lens[i]]``. Writes nothing to the cache. (An extension
+        of the contract, for word timestamps: ``Seq2SeqDecoder.cross_attention_weights``.)"""
+        cross_page_table, encoder_lens = as_torch(cross_page_table, torch.int32), as_torch(encoder_lens).tolist()
+        args = self.models[0].args
+        bad = [pair for pair in heads if not (0 <= pair[0] < args.decoder_layers and 0 <= pair[1] < args.n_heads)]
+        if not heads or bad:
+            raise ValueError(f"cross-attention heads {bad or heads} are not [layer, head] pairs of this decoder "
+                             f"({args.decoder_layers} layers of {args.n_heads} heads)")
+        if self.devices[0].get_num_devices() > 1:
+            raise ValueError("cross-attention weights are computed on single-chip replicas only")
+        slots = range(len(tokens)) if empty_slots is None else as_torch(empty_slots).tolist()
+        out = []
+        for row_tokens, table, length, slot in zip(tokens, cross_page_table, encoder_lens, slots):
+            replica = self.replica_of_slot(slot)
+            with use(self.devices[replica]):
+                out.append(self.models[replica].decoder.cross_attention_weights(
+                    torch.as_tensor(row_tokens, dtype=torch.int64), table, int(length), kv_cache[replica],
+                    [(int(layer), int(head)) for layer, head in heads]))
+        return out
+
     def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
                              **kwargs: Any) -> None:
         """Compile the encoder and prefill paths. Every block written is ``-1`` (skipped by the fill ops), so

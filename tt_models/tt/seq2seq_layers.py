@@ -84,9 +84,27 @@ class CrossDecoderLayer:
     def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], cross: tuple[list[Any], list[Any]],
                         **attention_kwargs: Any) -> Any:
         """``cross``: per 32-row group, the cross page tables and positions (see CrossAttention.forward)."""
-        h = _residual(x, lambda t: self.self_attn.forward_prefill(t, kv_cache, **attention_kwargs),
-                      self.self_attn_norm, self.pre_norm)
-        return self._cross_and_ffn(h, kv_cache, cross)
+        return self._cross_and_ffn(self.self_attention_prefill(x, kv_cache, **attention_kwargs), kv_cache, cross)
+
+    def self_attention_prefill(self, x: Any, kv_cache: tuple[Any, Any], **attention_kwargs: Any) -> Any:
+        """The residual stream after the self-attention sublayer (the cross-attention sublayer's input)."""
+        return _residual(x, lambda t: self.self_attn.forward_prefill(t, kv_cache, **attention_kwargs),
+                         self.self_attn_norm, self.pre_norm)
+
+    def forward_prefill_with_cross_weights(self, x: Any, kv_cache: tuple[Any, Any],
+                                           cross: tuple[list[Any], list[Any]], cross_blocks: list[int],
+                                           encoder_len: int, heads: list[int],
+                                           **attention_kwargs: Any) -> tuple[Any, Any]:
+        """:meth:`forward_prefill` and the cross-attention probabilities of ``heads`` (see
+        ``CrossAttention.head_weights``)."""
+        h = self.self_attention_prefill(x, kv_cache, **attention_kwargs)
+        if not self.pre_norm:  # a post-norm layer's cross-attention reads the residual stream itself
+            return self._cross_and_ffn(h, kv_cache, cross), self.cross_attn.head_weights(
+                gather(h, self.cross_attn_norm.device), kv_cache[0], cross_blocks, encoder_len, heads)
+        normed = self.cross_attn_norm.forward(h)
+        weights = self.cross_attn.head_weights(normed, kv_cache[0], cross_blocks, encoder_len, heads)
+        ttnn.deallocate(normed)
+        return self._cross_and_ffn(h, kv_cache, cross), weights
 
     def forward_decode(self, x: Any, kv_cache: tuple[Any, Any], cross: tuple[Any, Any], **attention_kwargs: Any) -> Any:
         """``x``: the residual in ``decode.residual``; ``cross``: the cross page table and positions."""
