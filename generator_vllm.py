@@ -2,10 +2,10 @@
 
 Each class is named after the HF architecture it serves and implements the TT vLLM model contract;
 the encoder-decoder classes implement its cross-attention extension, Llama 3.2 Vision the design's
-image+text contract, and Qwen2.5-VL, Gemma 3 and Mistral 3 the plugin's V1 image path (see docs/contract.md and
-docs/images.md).
-Qwen2.5-VL, Gemma 3, Mistral 3, Whisper, BART and MBart are served here as vLLM's multimodal models: their classes
-with vLLM's processors (BART's and MBart's: tt_models.vllm.bart) registered (importing vLLM, which tt-models' own
+image+text contract, and Qwen2.5-VL, Qwen3-VL, Gemma 3 and Mistral 3 the plugin's V1 image path (see docs/contract.md
+and docs/images.md).
+Qwen2.5-VL, Qwen3-VL, Gemma 3, Mistral 3, Whisper, BART and MBart are served here as vLLM's multimodal models: their
+classes with vLLM's processors (BART's and MBart's: tt_models.vllm.bart) registered (importing vLLM, which tt-models' own
 engine, using the model packages' classes, never does).
 """
 
@@ -13,15 +13,16 @@ from tt_models.models.bart.generator import BartForConditionalGeneration as Bart
 from tt_models.models.bart.generator import MBartForConditionalGeneration as MBartGenerator
 from tt_models.models.gemma3.generator import Gemma3ForCausalLM
 from tt_models.models.gemma3.generator import Gemma3ForConditionalGeneration as Gemma3Generator
-from tt_models.models.llama.generator import (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-                                              Qwen3MoeForCausalLM)
+from tt_models.models.llama.generator import (GptOssForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+                                              Qwen3ForCausalLM, Qwen3MoeForCausalLM)
 from tt_models.models.mistral3.generator import Mistral3ForConditionalGeneration as Mistral3Generator
 from tt_models.models.mllama.generator import MllamaForConditionalGeneration
 from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration as Qwen2_5_VLGenerator
+from tt_models.models.qwen3_vl.generator import Qwen3VLForConditionalGeneration as Qwen3VLGenerator
 from tt_models.models.whisper.generator import WhisperForConditionalGeneration as WhisperGenerator
 from tt_models.vllm.bart import BartTextToText, register_bart
-from tt_models.vllm.multimodal import (Gemma3MultiModal, Mistral3MultiModal, Qwen2_5_VLMultiModal, register_gemma3,
-                                       register_mistral3, register_qwen2_5_vl)
+from tt_models.vllm.multimodal import (Gemma3MultiModal, Mistral3MultiModal, Qwen2_5_VLMultiModal, Qwen3VLMultiModal,
+                                       register_gemma3, register_mistral3, register_qwen2_5_vl, register_qwen3_vl)
 from tt_models.vllm.whisper import WhisperTranscription, register_whisper
 
 
@@ -53,6 +54,12 @@ class Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLGenerator, Qwen2_5_VLMultiMod
     ``image_grid_thw``."""
 
 
+@register_qwen3_vl
+class Qwen3VLForConditionalGeneration(Qwen3VLGenerator, Qwen3VLMultiModal):
+    """Qwen3-VL with vLLM's Qwen3-VL processor: image prompts reach ``prefill_forward`` as ``pixel_values`` and
+    ``image_grid_thw``."""
+
+
 @register_whisper
 class WhisperForConditionalGeneration(WhisperGenerator, WhisperTranscription):
     """Whisper with vLLM's Whisper processor and transcription surface: served by ``vllm serve`` with tt-models'
@@ -63,6 +70,7 @@ __all__ = [
     "BartForConditionalGeneration",
     "Gemma3ForCausalLM",
     "Gemma3ForConditionalGeneration",
+    "GptOssForCausalLM",
     "LlamaForCausalLM",
     "MBartForConditionalGeneration",
     "Mistral3ForConditionalGeneration",
@@ -71,6 +79,7 @@ __all__ = [
     "Qwen2ForCausalLM",
     "Qwen2_5_VLForConditionalGeneration",
     "Qwen3ForCausalLM",
+    "Qwen3VLForConditionalGeneration",
     "Qwen3MoeForCausalLM",
     "WhisperForConditionalGeneration",
 ]

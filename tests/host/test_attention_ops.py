@@ -267,6 +267,31 @@ def test_chunked_sdpa_matches_golden(dev, users, nkv, group, bs, chunks, sq_tile
     assert_close(out, ref, "bfloat8_b")
 
 
+
+@pytest.mark.parametrize("window", [None, 40])
+def test_prefill_attention_sink_matches_golden(dev, window):
+    """GPT-OSS's sinks in prefill: ``[1, NH, 1, 1]`` (scaled by ``scale`` as the golden does), with and without a
+    window, from position 0 and as a later chunk over the paged cache."""
+    g = torch.Generator().manual_seed(6)
+    heads, nkv, dim, sq, scale = 8, 2, 64, 96, 0.25
+    sink = tile(torch.randn(1, heads, 1, 1, generator=g) * 3, "bfloat16", dev)
+    q = tile(torch.randn(1, heads, sq, dim, generator=g), "bfloat16", dev)
+    k, v = (tile(torch.randn(1, nkv, sq, dim, generator=g), "bfloat16", dev) for _ in range(2))
+    out = host.transformer.scaled_dot_product_attention(q, k, v, scale=scale, sliding_window_size=window,
+                                                        attention_sink=sink)
+    ref = golden(ttnn.transformer.scaled_dot_product_attention)(
+        torch_values(q), torch_values(k), torch_values(v), scale=scale, sliding_window_size=window,
+        attention_sink=torch_values(sink))
+    assert_close(out, ref)
+    pk, pv, table = paged_kv(g, 1, nkv, 32, dim, 4, "bfloat16", dev, valid_len=torch.tensor([128]))
+    qc = tile(torch.randn(1, heads, 64, dim, generator=g), "bfloat16", dev)
+    out = host.transformer.chunked_scaled_dot_product_attention(qc, pk, pv, ints(table, dev), 64, scale=scale,
+                                                                sliding_window_size=window, attention_sink=sink)
+    ref = golden(ttnn.transformer.chunked_scaled_dot_product_attention)(
+        torch_values(qc), torch_values(pk), torch_values(pv), table, 64, scale=scale, sliding_window_size=window,
+        attention_sink=torch_values(sink))
+    assert_close(out, ref)
+
 # --- rejected calls -------------------------------------------------------------------------------
 
 def _decode_args(dev, **change):
@@ -352,6 +377,8 @@ SDPA_REJECTS = {
     "K and V shapes differ": dict(v=(1, 2, 32, 64)),
     "chunk not a multiple of 32": dict(program_config=host.SDPAProgramConfig(
         compute_with_storage_grid_size=GRID, q_chunk_size=48, k_chunk_size=32)),
+    "decode-style [NH, 32] sink": dict(attention_sink=(8, 32)),
+    "sink heads != Q heads": dict(attention_sink=(1, 4, 1, 1)),
 }
 
 
@@ -367,6 +394,8 @@ def test_sdpa_rejects(dev, case):
     v = k if v_shape is None else tile(torch.randn(v_shape), "bfloat16", dev)
     if "attn_mask" in c:
         c["attn_mask"] = tile(torch.zeros(c["attn_mask"]), "bfloat16", dev)
+    if "attention_sink" in c:
+        c["attention_sink"] = tile(torch.zeros(c["attention_sink"]), "bfloat16", dev)
     with pytest.raises(host.TTFatal, match="scaled_dot_product_attention"):
         host.transformer.scaled_dot_product_attention(q, k, v, **c)
 

@@ -37,19 +37,21 @@ def generator_classes() -> dict[str, type]:
     """The generator class of each HF architecture (those ``generator_vllm.py`` exports to TT vLLM)."""
     from tt_models.models.bart.generator import BartForConditionalGeneration, MBartForConditionalGeneration
     from tt_models.models.gemma3.generator import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
-    from tt_models.models.llama.generator import (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-                                                  Qwen3ForCausalLM, Qwen3MoeForCausalLM)
+    from tt_models.models.llama.generator import (GptOssForCausalLM, LlamaForCausalLM, MistralForCausalLM,
+                                                  Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)
     from tt_models.models.mistral3.generator import Mistral3ForConditionalGeneration
     from tt_models.models.mllama.generator import MllamaForConditionalGeneration
     from tt_models.models.qwen2_5_vl.generator import Qwen2_5_VLForConditionalGeneration
+    from tt_models.models.qwen3_vl.generator import Qwen3VLForConditionalGeneration
     from tt_models.models.whisper.generator import WhisperForConditionalGeneration
 
-    return {cls.__name__: cls for cls in (BartForConditionalGeneration, Gemma3ForCausalLM,
+    return {cls.__name__: cls for cls in (BartForConditionalGeneration, Gemma3ForCausalLM, GptOssForCausalLM,
                                           Gemma3ForConditionalGeneration, MBartForConditionalGeneration,
                                           LlamaForCausalLM, MistralForCausalLM, Mistral3ForConditionalGeneration,
                                           MllamaForConditionalGeneration,
                                           Qwen2ForCausalLM, Qwen2_5_VLForConditionalGeneration, Qwen3ForCausalLM,
-                                          Qwen3MoeForCausalLM, WhisperForConditionalGeneration)}
+                                          Qwen3MoeForCausalLM, Qwen3VLForConditionalGeneration,
+                                          WhisperForConditionalGeneration)}
 
 
 def generator_class(hf_config: Any) -> type:

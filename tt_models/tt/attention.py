@@ -11,6 +11,10 @@ attended. The call sequence follows tt_transformers' ``attention.py``, decode's 
 DRAM-sharded layouts when the block's :class:`DecodeConfigs` are sharded. On a mesh the heads split over the chips:
 the QKV projection is column-parallel, each chip's cache holds its KV heads, the output projection is row-parallel
 (replicated input, fractured output).
+
+GPT-OSS's attention sinks (``{prefix}sinks``: a learned logit per query head in the softmax's denominator) go to the
+SDPA ops' ``attention_sink``, whose kernels multiply it by the scale as they do the logits: it is stored divided by
+the scale, ``[1, NH, 1, 1]`` for prefill and in column 0 of an ``[NH, 32]`` tile for decode (each chip its heads').
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from tt_models.tt.decode_configs import DecodeConfigs, user_cores
 from tt_models.tt.linear import Linear
 from tt_models.tt.rope import hf_to_meta_rows
 from tt_models.tt.tensor_parallel import HeadSplit, by_chip, chips, select_heads
+from tt_models.tt.weights import as_tensor
 
 TILE = 32
 
@@ -51,6 +56,16 @@ def fused_qkv(state: dict[str, torch.Tensor], prefix: str, split: HeadSplit, hea
     return chip_blocks("weight"), chip_blocks("bias") if has_bias else None
 
 
+def attention_sinks(sinks: torch.Tensor, split: HeadSplit, scale: float, device: Any) -> tuple[Any, Any]:
+    """The prefill and decode ``attention_sink`` operands of HF's per-head ``sinks`` (zero for padding heads),
+    divided by ``scale``, each chip's query heads as one block."""
+    per_chip = by_chip([torch.stack([sinks[h] if h is not None else sinks.new_zeros(()) for h in split.q_heads(c)])
+                        for c in range(split.chips)]).float() / scale
+    prefill = as_tensor(per_chip.reshape(1, -1, 1, 1), device, shard_dim=1)
+    decode = as_tensor(torch.nn.functional.pad(per_chip[:, None], (0, TILE - 1)), device, shard_dim=0)
+    return prefill, decode
+
+
 def output_projection(weight: torch.Tensor, split: HeadSplit, head_dim: int) -> torch.Tensor:
     """An HF output projection ``[dim, n_heads * head_dim]`` with each chip's query heads' columns as one block, in
     chip order (zero columns for padding heads): the row-parallel operand."""
@@ -73,6 +88,8 @@ class Attention:
         self.n_local_heads, self.n_local_kv_heads = split.q_per_chip, split.kv_per_chip
         # float32-exact: ttnn's chunked SDPA binding rejects a Python float that float32 cannot hold.
         self.scale = float(torch.tensor(args.head_dim ** -0.5 if scale is None else scale, dtype=torch.float32))
+        sinks = state.get(f"{prefix}sinks")
+        self.sinks = (None, None) if sinks is None else attention_sinks(sinks, split, self.scale, device)
         wqkv, bqkv = fused_qkv(state, prefix, split, args.head_dim, rotary)
         self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, layout=decode.qkv, parallel="column")
         self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, args.head_dim), device,
@@ -111,14 +128,15 @@ class Attention:
             if chunk_start:
                 raise ValueError("an attention mask is only taken by a prefill's first chunk")
             attn = ttnn.transformer.scaled_dot_product_attention(q, k, v, is_causal=False, attn_mask=attn_mask,
-                                                                scale=self.scale)
+                                                                scale=self.scale, attention_sink=self.sinks[0])
         elif chunk_start == 0:
             attn = ttnn.transformer.scaled_dot_product_attention(
-                q, k, v, is_causal=True, scale=self.scale, sliding_window_size=args.sliding_window)
+                q, k, v, is_causal=True, scale=self.scale, sliding_window_size=args.sliding_window,
+                attention_sink=self.sinks[0])
         else:
             attn = ttnn.transformer.chunked_scaled_dot_product_attention(
                 q, k_cache, v_cache, page_table, chunk_start, scale=self.scale,
-                sliding_window_size=args.sliding_window)
+                sliding_window_size=args.sliding_window, attention_sink=self.sinks[0])
         for t in (q, k, v, k_fill, v_fill):
             ttnn.deallocate(t)
         out = ttnn.experimental.nlp_concat_heads(attn)
@@ -147,7 +165,8 @@ class Attention:
         ttnn.experimental.paged_update_cache(v_cache, v, update_idxs_tensor=current_pos, page_table=page_table)
         attn = ttnn.transformer.paged_scaled_dot_product_attention_decode(
             q, k_cache, v_cache, page_table_tensor=page_table, cur_pos_tensor=current_pos, scale=self.scale,
-            sliding_window_size=args.sliding_window, memory_config=ttnn.DRAM_MEMORY_CONFIG)
+            sliding_window_size=args.sliding_window, attention_sink=self.sinks[1],
+            memory_config=ttnn.DRAM_MEMORY_CONFIG)
         for t in (q, k, v):
             ttnn.deallocate(t)
         attn_sharded = ttnn.interleaved_to_sharded(attn, self.decode_heads_memory_config)

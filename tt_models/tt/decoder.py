@@ -1,5 +1,6 @@
 """A pre-norm decoder block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))`` (Llama, Qwen2, Qwen3, Mistral;
-Qwen3 norms each Q and K head before the rotary; Qwen3-MoE's sparse layers run a mixture of experts as the MLP).
+Qwen3 norms each Q and K head before the rotary; Qwen3-MoE's sparse layers and all of GPT-OSS's run a mixture of
+experts as the MLP; GPT-OSS alternates sliding-window and full layers, ``layer_types``, and adds attention sinks).
 
 In decode the residual stream stays in ``decode.residual`` (L1 width-sharded when sharded, as tt_transformers'
 ``DECODE_RESIDUAL_MEMCFG``): each norm reshards it onto the grid of the matmul it feeds and each sublayer's output
@@ -8,6 +9,7 @@ comes back to it before the add.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -40,7 +42,8 @@ class TransformerBlock:
         self.decode = decode
         self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
         attn = f"{prefix}self_attn."
-        self.attention = Attention(args, state, attn, device, precision.attention_weights, decode,
+        self.attention = Attention(replace(args, sliding_window=args.window(layer)), state, attn, device,
+                                   precision.attention_weights, decode,
                                    qk_norms=head_norms(state, attn, args.norm_eps, device))
         self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
         if args.experts is not None and layer in args.experts.sparse_layers:

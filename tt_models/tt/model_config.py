@@ -103,6 +103,8 @@ class DecoderArgs:
     max_seq_len: int
     sliding_window: int | None = None
     experts: ExpertArgs | None = None
+    # Layers attending every key although ``sliding_window`` is set (``layer_types``' "full_attention": GPT-OSS).
+    full_attention_layers: frozenset[int] = frozenset()
 
     # Decode runs one 32-row tile of users (as tt_transformers does): rows past the batch are padding.
     decode_rows: int = 32
@@ -130,7 +132,13 @@ class DecoderArgs:
             max_seq_len=max_seq_len,
             sliding_window=_sliding_window(hf_config),
             experts=ExpertArgs.from_hf(hf_config),
+            full_attention_layers=frozenset(i for i, kind in enumerate(getattr(hf_config, "layer_types", None) or ())
+                                            if kind == "full_attention"),
         )
+
+    def window(self, layer: int) -> int | None:
+        """The attention window of layer ``layer`` (None: every earlier key)."""
+        return None if layer in self.full_attention_layers else self.sliding_window
 
 
 def _sliding_window(hf_config: Any) -> int | None:

@@ -1,2 +1,2 @@
 """Llama-family decoder-only models (HF ``LlamaForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``,
-``Qwen3MoeForCausalLM``, ``MistralForCausalLM``)."""
+``Qwen3MoeForCausalLM``, ``GptOssForCausalLM``, ``MistralForCausalLM``)."""

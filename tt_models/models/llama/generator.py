@@ -98,5 +98,11 @@ class Qwen3MoeForCausalLM(LlamaForCausalLM):
     Llama-family blocks."""
 
 
+class GptOssForCausalLM(LlamaForCausalLM):
+    """GPT-OSS (routed experts in every layer, their weights MXFP4 in HF's checkpoints: dequantized at load; biased
+    Q/K/V/O projections; attention sinks; sliding-window and full layers alternating; YaRN rotary) on the
+    Llama-family blocks."""
+
+
 class MistralForCausalLM(LlamaForCausalLM):
     """Mistral (sliding-window attention when its config sets one) on the Llama-family blocks."""

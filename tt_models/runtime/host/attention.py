@@ -4,7 +4,9 @@ decode in ``decode_attention.py``, with the operand checks both use.
 Everything is computed in fp32 with torch's SDPA (GQA by grouping query heads, which is repeat_interleave of the
 KV heads) and the output rounded to Q's dtype. Math fidelity and approximate exp are not emulated. Masks follow
 the goldens: an additive mask is added to the scaled logits (the kernels add it before the scale, so only 0/-inf
-masks agree on every path).
+masks agree on every path). An ``attention_sink`` is one learned logit per query head in the softmax's denominator
+(its value row zero), multiplied by ``scale`` as the kernels and goldens do: ``[1, NH, 1, 1]`` tiled for prefill,
+column 0 of an ``[NH, 32]`` BF16 tile for decode.
 """
 
 from __future__ import annotations
@@ -66,8 +68,22 @@ def _check_prefill_operands(op: str, *tensors: Tensor) -> None:
         check(len(t.shape) == 4, op, lambda: f"SDPA operands are rank 4, got {list(t.shape)}")
 
 
+def prefill_sink_logits(attention_sink: Tensor | None, heads: int, op: str) -> torch.Tensor | None:
+    """One logit per Q head from the prefill ops' ``[1, NH, 1, 1]`` tiled sink (BF16, BFP8 or BFP4)."""
+    if attention_sink is None:
+        return None
+    s = attention_sink
+    check(len(s.shape) == 4, op, f"Attention sink must be 4D [1, NH, 1, 1], got {list(s.shape)}")
+    check(s.shape[0] == 1, op, f"Attention sink batch dimension must be 1, got {s.shape[0]}")
+    check(s.shape[2] == 1 and s.shape[3] == 1, op, f"Attention sink hidden dimension must be 1, got {list(s.shape)}")
+    check(s.shape[1] == heads, op, f"Attention sink local num_heads must match Q. Got sink: {s.shape[1]}, Q: {heads}")
+    check(s.dtype in SDPA_DTYPES, op, "Attention sink must be in BF16, BFP8, or BFP4 dataformat")
+    check(s.layout == Layout.TILE, op, "Attention sink must be tilized")
+    return s.float().reshape(heads)
+
+
 def sink_logits(attention_sink: Tensor | None, heads: int, op: str) -> torch.Tensor | None:
-    """One logit per Q head, from column 0 of a ``[NH (padded), 32]`` BF16 tile."""
+    """One logit per Q head, from column 0 of decode's ``[NH (padded), 32]`` BF16 tile."""
     if attention_sink is None:
         return None
     check(len(attention_sink.shape) == 2, op, "Attention sink must have 2 dimensions")
@@ -137,7 +153,7 @@ def scaled_dot_product_attention(input_tensor_q: Tensor, input_tensor_k: Tensor,
         i, j = torch.arange(sq)[:, None] + max(0, sk - sq), torch.arange(sk)
         keep = _window_keep(torch.arange(sq), sk, sliding_window_size) if is_causal else \
             (j - i).abs() <= sliding_window_size // 2
-    sink = sink_logits(attention_sink, heads, op)
+    sink = prefill_sink_logits(attention_sink, heads, op)
     if is_causal and sink is not None and keep is None:
         keep = _window_keep(torch.arange(sq), sk, None)
     scale = dim ** -0.5 if scale is None else scale
@@ -192,7 +208,7 @@ def chunked_scaled_dot_product_attention(input_tensor_q: Tensor, input_tensor_k:
     n = -(-length // bs)
     check_blocks(table[:, :n], k.shape[0], op)
     keys, values = (gather_pages(c, table[:, :n])[:, :, :length] for c in (k, v))
-    sink = sink_logits(attention_sink, heads, op)
+    sink = prefill_sink_logits(attention_sink, heads, op)
     # The first chunk without window or sink is the plain causal square: let torch use its flash kernel.
     plain = start == 0 and sliding_window_size is None and sink is None
     keep = None if plain else _window_keep(torch.arange(start, start + sq), length, sliding_window_size)
