@@ -6,7 +6,8 @@ names of its own (pytest collects them there, under that module's name); its fam
 The shared tests, on a tiny random config, host backend, both precision profiles: every teacher-forced step (the
 prefill logits of a batch holding a one-image row, a two-image row and a text-only row, then every decode step along
 HF's greedy continuation, against HF's full forward over the sequence), PCC at the family's threshold per profile;
-free-running greedy tokens against HF ``generate`` under the closeness rule (:mod:`tests.closeness`); on the mock
+free-running greedy tokens against HF ``generate`` under the closeness rule (:mod:`tests.closeness`); every
+teacher-forced step on a 1 x 2 host mesh (the families that run it); on the mock
 n150, prefill (a two-image row and a text-only row) and a decode step with the real ttnn validating every call
 (values read back are zeros there, so only shapes are checked); tensor-parallel on a mock n300
 (:mod:`tests.models.image_text_on_mock`, run under the family's ``name``).
@@ -220,6 +221,19 @@ def test_prefill_and_teacher_forced_decode_match_hf(family, cases, ours, profile
     print(f"\n{profile}: prefill PCC {[round(s, 5) for s in prefill]}, decode min PCC per request "
           f"{[round(s, 5) for s in decode]} (one image, two images, text only)")
     assert min(prefill) >= threshold and min(decode) >= threshold
+
+
+def test_two_chips_match_hf(family, hf, cases):
+    """Tensor-parallel over a 1 x 2 host mesh (the towers' heads and MLPs, the text heads and vocabulary split; a text
+    KV head replicated where there is one): every teacher-forced step as on one chip, against HF."""
+    device = open_device("host", mesh_shape=(1, 2))
+    try:
+        run = teacher_forced(family, hf, device, "accuracy", cases)
+    finally:
+        close_device(device)
+    scores = [pcc(a, b) for o, c in zip(run.logits, cases) for a, b in zip(o, c.reference)]
+    print(f"\n1 x 2 mesh: min PCC {min(scores):.5f} over every step")
+    assert min(scores) >= family.thresholds["accuracy"]
 
 
 @pytest.mark.numerics

@@ -1,4 +1,4 @@
-"""Greedy tokens of image chats from the classes of TT vLLM's V1 image path (Qwen2.5-VL, Gemma 3) driven directly (no
+"""Greedy tokens of image chats from the classes of TT vLLM's V1 image path (Qwen2.5-VL, Gemma 3, ...) driven directly (no
 engine): HF's processor of the checkpoint makes the prompt and the images' inputs, then one request at a time a
 ``prefill_forward`` and ``decode_forward`` steps in a batch padded to ``max_batch_size``, as TT vLLM's runner calls
 them."""
@@ -23,14 +23,17 @@ Request = tuple[list[int], dict[str, list[torch.Tensor]]]
 
 def chat_inputs(processor: Any, messages: list[dict[str, Any]], images: list[Image.Image]) -> Request:
     """Prompt tokens (placeholders expanded) and the images as the plugin hands them over: Qwen2.5-VL's flat patches
-    with their grids, Gemma 3's ``[1, 3, H, W]`` pixels; ``messages`` hold ``{"type": "image"}`` parts in the images'
-    order. The templates write any ``<bos>`` (Gemma's), so the tokenizer adds none (as
-    ``apply_chat_template(tokenize=True)`` does)."""
+    with their grids, Gemma 3's ``[1, 3, H, W]`` pixels, Mistral 3's ``[3, h, w]`` at each image's own size;
+    ``messages`` hold ``{"type": "image"}`` parts in the images' order. The templates write any ``<bos>`` (Gemma's),
+    so the tokenizer adds none (as ``apply_chat_template(tokenize=True)`` does)."""
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     out = processor(text=[text], images=images or None, return_tensors="pt", add_special_tokens=False)
     tokens = out["input_ids"][0].tolist()
     if not images:
         return tokens, {}
+    if "image_sizes" in out:  # Mistral 3's batch padded to its largest image: each cropped back, as vLLM hands them
+        return tokens, {"pixel_values": [p[:, :h, :w] for p, (h, w) in zip(out["pixel_values"],
+                                                                            out["image_sizes"].tolist())]}
     if "image_grid_thw" not in out:
         return tokens, {"pixel_values": list(out["pixel_values"].split(1))}
     grids = list(out["image_grid_thw"])

@@ -18,7 +18,7 @@ from tests.models import image_text_cases as shared
 from tests.models.image_text_cases import MAX_BATCH, MAX_LEN, PROFILES, ImageTextFamily, PluginBatch, generator
 from tt_models.models.mistral3 import projector, vision
 from tt_models.models.mistral3.generator import Mistral3ForConditionalGeneration
-from tt_models.runtime import close_device, host, open_device, use
+from tt_models.runtime import host, use
 from tt_models.testing import mistral3
 from tt_models.testing.images import random_image
 from tt_models.testing.mistral3 import SLIDING_WINDOW, tiny_mistral3
@@ -119,17 +119,7 @@ def test_sliding_window_is_live(hf, cases, ours):
         assert gap > 5 * error
 
 
-def test_two_chips_match_hf(hf, cases):
-    """Tensor-parallel over a 1 x 2 host mesh (towers' heads and MLPs, text heads, vocabulary split; the text's one
-    KV head replicated): every teacher-forced step as on one chip, against HF."""
-    device = open_device("host", mesh_shape=(1, 2))
-    try:
-        run = shared.teacher_forced(FAMILY, hf, device, "accuracy", cases)
-    finally:
-        close_device(device)
-    scores = [pcc(a, b) for o, c in zip(run.logits, cases) for a, b in zip(o, c.reference)]
-    print(f"\n1 x 2 mesh: min PCC {min(scores):.5f} over every step")
-    assert min(scores) >= FAMILY.thresholds["accuracy"]
+test_two_chips_match_hf = shared.test_two_chips_match_hf
 
 
 def test_later_prefill_chunk_matches_hf(hf, cases, host_device):

@@ -21,7 +21,7 @@ from tt_models.models.qwen2_5_vl.rope_index import mrope_positions
 from tt_models.models.qwen3_vl import text, vision
 from tt_models.models.qwen3_vl.generator import Qwen3VLForConditionalGeneration
 from tt_models.models.qwen3_vl.vision import VisionArgs, VisionTower
-from tt_models.runtime import close_device, host, open_device, use
+from tt_models.runtime import host, use
 from tt_models.testing import qwen3_vl
 from tt_models.testing.qwen3_vl import IMAGE_TOKEN, prompt, tiny_qwen3_vl
 from tt_models.tt.model_config import Precision
@@ -131,18 +131,7 @@ def test_deepstack_and_interleaved_mrope_are_live(hf, cases, host_device, ablati
 test_free_running_greedy_agrees_with_hf_generate = shared.test_free_running_greedy_agrees_with_hf_generate
 
 
-def test_two_chips_match_hf(hf, cases):
-    """Tensor-parallel over a 1 x 2 host mesh (the tower's patch embedding, position rows, heads and MLPs, the
-    mergers, the text heads and vocabulary split; the text's one KV head replicated; DeepStack's rows added to the
-    fractured residual): every teacher-forced step as on one chip, against HF."""
-    device = open_device("host", mesh_shape=(1, 2))
-    try:
-        run = shared.teacher_forced(FAMILY, hf, device, "accuracy", cases)
-    finally:
-        close_device(device)
-    scores = [pcc(a, b) for o, c in zip(run.logits, cases) for a, b in zip(o, c.reference)]
-    print(f"\n1 x 2 mesh: min PCC {min(scores):.5f} over every step")
-    assert min(scores) >= FAMILY.thresholds["accuracy"]
+test_two_chips_match_hf = shared.test_two_chips_match_hf
 
 
 def test_bad_image_inputs_are_refused(hf, cases, host_device):

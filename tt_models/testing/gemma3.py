@@ -18,14 +18,14 @@ from pathlib import Path
 
 import torch
 from PIL import Image
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, processors
 from transformers import (Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3Processor,
                           Gemma3TextConfig, GenerationConfig, PreTrainedTokenizerFast)
 from transformers.models.gemma3.image_processing_gemma3 import Gemma3ImageProcessor
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
+from tt_models.testing.bpe import check_ids, trained_bpe
 from tt_models.testing.hf_directory import write_image_text_directory
-from tt_models.testing.mllama import CORPUS
 
 VOCAB = 512
 IMAGE_TOKEN, START_OF_IMAGE, END_OF_IMAGE = 500, 498, 499
@@ -124,25 +124,17 @@ CHAT_TEMPLATE = (
 
 
 def tiny_gemma_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE on ``CORPUS`` (deterministic) below the newline tokens; reserved tokens fill the ids the merges
-    leave free, so the newline and image tokens land on their ids."""
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
+    """Byte-level BPE (:func:`~tt_models.testing.bpe.trained_bpe`) below the newline tokens, which land on their ids
+    as the image tokens do."""
     first_newline = START_OF_IMAGE - len(NEWLINES)
-    backend.train_from_iterator([CORPUS], trainers.BpeTrainer(
-        vocab_size=first_newline, special_tokens=list(TEXT_SPECIALS), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    backend.add_special_tokens([f"<unused{i}>" for i in range(first_newline - backend.get_vocab_size())])
+    backend = trained_bpe(first_newline, TEXT_SPECIALS, "<unused{}>")
     # Plain (not special) added tokens: matched whole before the byte-level split, decoded as written.
     backend.add_tokens([AddedToken(n, normalized=False) for n in NEWLINES])
     backend.add_special_tokens(list(IMAGE_SPECIALS))
     backend.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
                                                            special_tokens=[("<bos>", TEXT_SPECIALS["<bos>"])])
     expected = TEXT_SPECIALS | IMAGE_SPECIALS | {n: first_newline + i for i, n in enumerate(NEWLINES)}
-    ids = {token: backend.token_to_id(token) for token in expected}
-    if ids != expected:
-        raise AssertionError(f"tiny tokenizer: special ids {ids}")
+    check_ids(backend, expected)
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
         extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import torch
 from PIL import Image
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (GenerationConfig, Mistral3Config, Mistral3ForConditionalGeneration, PixtralImageProcessor,
                           PixtralProcessor, PreTrainedTokenizerFast)
 from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
+from tt_models.testing.bpe import check_ids, trained_bpe
 from tt_models.testing.hf_directory import write_image_text_directory
-from tt_models.testing.mllama import CORPUS
 
 VOCAB = 512
 IMAGE_TOKEN, IMAGE_BREAK, IMAGE_END = 500, 501, 502
@@ -117,19 +116,11 @@ CHAT_TEMPLATE = (
 
 
 def tiny_mistral_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE on ``CORPUS`` (deterministic) below the image tokens; reserved tokens fill the ids the merges
-    leave free, so the image tokens land on the config's ids."""
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator([CORPUS], trainers.BpeTrainer(
-        vocab_size=IMAGE_TOKEN, special_tokens=list(TEXT_SPECIALS), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    backend.add_special_tokens([f"<SPECIAL_{i}>" for i in range(IMAGE_TOKEN - backend.get_vocab_size())])
+    """Byte-level BPE (:func:`~tt_models.testing.bpe.trained_bpe`) below the image tokens, which land on the config's
+    ids."""
+    backend = trained_bpe(IMAGE_TOKEN, TEXT_SPECIALS, "<SPECIAL_{}>")
     backend.add_special_tokens(list(IMAGE_SPECIALS))
-    ids = {token: backend.token_to_id(token) for token in TEXT_SPECIALS | IMAGE_SPECIALS}
-    if ids != TEXT_SPECIALS | IMAGE_SPECIALS:
-        raise AssertionError(f"tiny tokenizer: special ids {ids}")
+    check_ids(backend, TEXT_SPECIALS | IMAGE_SPECIALS)
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
                                    pad_token="<unk>")
 

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import torch
 from PIL import Image
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (GenerationConfig, PreTrainedTokenizerFast, Qwen2_5_VLConfig,
                           Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
 from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
+from tt_models.testing.bpe import check_ids, trained_bpe
 from tt_models.testing.hf_directory import write_image_text_directory
-from tt_models.testing.mllama import CORPUS
 
 VOCAB = 512
 IMAGE_TOKEN, VISION_START, VISION_END = 500, 498, 499
@@ -66,15 +65,18 @@ def image_processor() -> Qwen2VLImageProcessorPil:
                                     merge_size=VISION["spatial_merge_size"])
 
 
-def processed(images: list[Image.Image]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each image's flat patches ``[t * h * w, 1176]`` and grid ``[3]``, as vLLM's processor hands them per item."""
-    out = image_processor()(images=images, return_tensors="pt")
+def processed(images: list[Image.Image],
+              processor: Qwen2VLImageProcessorPil | None = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each image's flat patches ``[t * h * w, 1176]`` and grid ``[3]``, as vLLM's processor hands them per item
+    (``processor``: another of the family's, Qwen3-VL's)."""
+    out = (processor or image_processor())(images=images, return_tensors="pt")
     grids = list(out["image_grid_thw"])
     return list(out["pixel_values"].split([int(g.prod()) for g in grids])), grids
 
 
 def prompt(text: list[list[int]], grids: list[torch.Tensor]) -> list[int]:
-    """``text[0] <vision_start> image 0 <vision_end> text[1] ...``: each image's expanded placeholder tokens."""
+    """``text[0] <vision_start> image 0 <vision_end> text[1] ...``: each image's expanded placeholder tokens (Qwen3-VL's
+    too: the same tokens and 2 x 2 merge)."""
     out = list(text[0])
     for grid, after in zip(grids, text[1:]):
         out += [VISION_START] + [IMAGE_TOKEN] * (int(grid.prod()) // VISION["spatial_merge_size"] ** 2)
@@ -110,19 +112,11 @@ CHAT_TEMPLATE = (
 
 
 def tiny_qwen_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level BPE on ``CORPUS`` (deterministic) below ``<|vision_start|>``; reserved tokens fill the ids the
-    merges leave free, so the vision tokens land on the config's ids."""
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator([CORPUS], trainers.BpeTrainer(
-        vocab_size=VISION_START, special_tokens=list(TEXT_SPECIALS), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    backend.add_special_tokens([f"<|reserved_{i}|>" for i in range(VISION_START - backend.get_vocab_size())])
+    """Byte-level BPE (:func:`~tt_models.testing.bpe.trained_bpe`) below ``<|vision_start|>``, the vision tokens on
+    the config's ids."""
+    backend = trained_bpe(VISION_START, TEXT_SPECIALS, "<|reserved_{}|>")
     backend.add_special_tokens(list(VISION_SPECIALS))
-    ids = {token: backend.token_to_id(token) for token in TEXT_SPECIALS | VISION_SPECIALS}
-    if ids != TEXT_SPECIALS | VISION_SPECIALS:
-        raise AssertionError(f"tiny tokenizer: special ids {ids}")
+    check_ids(backend, TEXT_SPECIALS | VISION_SPECIALS)
     return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    extra_special_tokens={"image_token": "<|image_pad|>",
                                                          "video_token": "<|video_pad|>"})

@@ -17,9 +17,10 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
+from tt_models.testing import qwen2_5_vl
 from tt_models.testing.hf_directory import write_image_text_directory
 from tt_models.testing.qwen2_5_vl import (CHAT_TEMPLATE, IMAGE_TOKEN, TEXT_SPECIALS, VISION_END, VISION_START, VOCAB,
-                                          hf_inputs, tiny_qwen_tokenizer)
+                                          hf_inputs, prompt, tiny_qwen_tokenizer)
 
 __all__ = ["IMAGE_TOKEN", "VISION", "TEXT", "hf_inputs", "image_processor", "processed", "prompt", "tiny_qwen3_vl",
            "tiny_processor", "write_tiny_qwen3_vl_checkpoint"]
@@ -71,18 +72,7 @@ def image_processor() -> Qwen2VLImageProcessorPil:
 
 def processed(images: list[Image.Image]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Each image's flat patches ``[t * h * w, 1536]`` and grid ``[3]``, as vLLM's processor hands them per item."""
-    out = image_processor()(images=images, return_tensors="pt")
-    grids = list(out["image_grid_thw"])
-    return list(out["pixel_values"].split([int(g.prod()) for g in grids])), grids
-
-
-def prompt(text: list[list[int]], grids: list[torch.Tensor]) -> list[int]:
-    """``text[0] <vision_start> image 0 <vision_end> text[1] ...``: each image's expanded placeholder tokens."""
-    out = list(text[0])
-    for grid, after in zip(grids, text[1:]):
-        out += [VISION_START] + [IMAGE_TOKEN] * (int(grid.prod()) // VISION["spatial_merge_size"] ** 2)
-        out += [VISION_END] + list(after)
-    return out
+    return qwen2_5_vl.processed(images, image_processor())
 
 
 def tiny_processor() -> Qwen3VLProcessor:

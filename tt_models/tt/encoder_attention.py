@@ -12,6 +12,12 @@ from tt_models.runtime import ttnn
 from tt_models.tt.attention import fused_qkv, output_projection
 from tt_models.tt.linear import Linear
 from tt_models.tt.tensor_parallel import HeadSplit, chips
+from tt_models.tt.weights import as_tensor
+
+
+def rotation(cos: torch.Tensor, sin: torch.Tensor, device: Any) -> tuple[Any, Any]:
+    """A rotary's cos/sin ``[S, head_dim]`` (host) as the ``rot`` pair :meth:`EncoderAttention.forward` takes."""
+    return as_tensor(cos[None, None], device), as_tensor(sin[None, None], device)
 
 
 class EncoderAttention:

@@ -41,11 +41,12 @@ class ImageTextModel(ABC):
         return concat_tokens([self.image_tokens(*image) for image in zip(*per_image)])
 
 
-def concat_tokens(parts: list[Any]) -> Any:
-    """Image tokens ``[1, 1, n_i, dim]`` one after the other ``[1, 1, sum n_i, dim]``; the parts are freed."""
+def concat_tokens(parts: list[Any], dim: int = 2) -> Any:
+    """Image tokens ``[1, 1, n_i, d]`` one after the other ``[1, 1, sum n_i, d]`` (``dim=3``: rows ``[1, 1, n, d_i]``
+    side by side ``[1, 1, n, sum d_i]``); the parts are freed."""
     if len(parts) == 1:
         return parts[0]
-    table = ttnn.concat(parts, dim=2)
+    table = ttnn.concat(parts, dim=dim)
     for part in parts:
         ttnn.deallocate(part)
     return table

@@ -1,11 +1,12 @@
 """The contract plumbing shared by the generator classes of decoder-only image+text models (Gemma 3, Qwen2.5-VL):
 one :class:`~tt_models.tt.image_text.ImageTextModel` replica per submesh, the prompt's image tokens found by the
 config's ``image_token_id``, and decode as a text-only model runs it, through the replica's ``text`` decoder.
-Prefill, where the families differ (images, masks, M-RoPE positions), is each family's own."""
+Prefill, where the families differ (images, masks, M-RoPE positions), is each family's own, on the pieces here:
+the per-row image keywords, the prompt's image positions, where a chunk restarts."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -20,6 +21,22 @@ def table_rows(is_image: torch.Tensor) -> torch.Tensor:
     rows = torch.full(is_image.shape, -1, dtype=torch.int64)
     rows[is_image] = torch.arange(int(is_image.sum()))
     return rows
+
+
+def per_row(rows: Sequence[Any], **inputs: Sequence[Any] | None) -> list[list[Any]]:
+    """Each of a prefill's per-row image keywords as a list of one entry a row (None, as the plugin passes for a
+    batch without images: None for every row); their lengths must be the rows'."""
+    lists = [[None] * len(rows) if entries is None else list(entries) for entries in inputs.values()]
+    if any(len(entries) != len(rows) for entries in lists):
+        counts = ", ".join(f"{len(entries)} {name}" for name, entries in zip(inputs, lists))
+        raise ValueError(f"{len(rows)} prefill rows, {counts} entries")
+    return lists
+
+
+def chunk_start(start: int, kv_cache: Any) -> int:
+    """Where a prefill chunk from ``start`` restarts: the first position of its block (one replica's cache)."""
+    block_size = kv_cache[0][0].shape[2]
+    return start // block_size * block_size
 
 
 class ImageTextGenerator(Generator):
@@ -37,10 +54,20 @@ class ImageTextGenerator(Generator):
         generator.image_token_id = hf_config.image_token_id
         return generator
 
+    def image_mask(self, row: int, tokens: torch.Tensor, end: int, images: Sequence[Any]) -> torch.Tensor | None:
+        """Which positions of prefill row ``row``'s prompt ``tokens[:end]`` are image tokens; None for a text-only
+        prompt (which refuses images)."""
+        is_image = tokens[:end] == self.image_token_id
+        if bool(is_image.any()):
+            return is_image
+        if images:
+            raise ValueError(f"prefill row {row}: {len(images)} images but no image tokens in the prompt")
+        return None
+
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
                        enable_trace: bool = False, read_from_device: bool = True, sampling_params: Any = None,
                        prompt_tokens: Any = None, output_tokens: Any = None, reset_batch: bool | None = None,
-                       **kwargs: Any) -> Any:
+                       page_tables_per_group: Any = None, page_tables_per_layer: Any = None, **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]`` (tokens ``[B]`` with
         ``sampling_params``)."""
         return self.decode_step(self.decode_inputs,
@@ -48,7 +75,8 @@ class ImageTextGenerator(Generator):
                                 tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
                                 enable_trace=enable_trace, read_from_device=read_from_device,
                                 sampling_params=sampling_params, prompt_tokens=prompt_tokens,
-                                output_tokens=output_tokens, reset_batch=reset_batch)
+                                output_tokens=output_tokens, reset_batch=reset_batch,
+                                group_tables=self.group_page_tables(page_tables_per_group, page_tables_per_layer))
 
     def decode_inputs(self, model: ImageTextModel, rows: slice, tokens: torch.Tensor, positions: torch.Tensor,
                       page_table: torch.Tensor) -> HostInputs:

@@ -26,10 +26,11 @@ import torch
 
 from tt_models.runtime import ttnn
 from tt_models.tt.encoder_attention import EncoderAttention
+from tt_models.tt.encoder_layer import EncoderLayer
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
-from tt_models.tt.residual import pre_norm_residual
+from tt_models.tt.patch_embedding import PatchEmbedding
 from tt_models.tt.rope import TILE
 from tt_models.tt.tensor_parallel import check_splits
 from tt_models.tt.weights import as_tensor
@@ -53,10 +54,6 @@ class VisionArgs:
     @property
     def patches_per_side(self) -> int:
         return self.image_size // self.patch_size
-
-    @property
-    def patch_width(self) -> int:
-        return self.channels * self.patch_size ** 2
 
     @classmethod
     def from_hf(cls, vision_config: Any) -> "VisionArgs":
@@ -99,23 +96,19 @@ def padded_heads(state: dict[str, torch.Tensor], prefix: str, args: VisionArgs) 
     return out
 
 
-class EncoderLayer:
+class SiglipLayer(EncoderLayer):
+    """``h = x + attn(layer_norm1(x))``, ``out = h + fc2(act(fc1(layer_norm2(h))))``."""
+
     def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
                  weight_dtype: Any) -> None:
-        self.norm1 = LayerNorm(state[f"{prefix}layer_norm1.weight"], state[f"{prefix}layer_norm1.bias"],
-                               args.norm_eps, device)
         attn = f"{prefix}self_attn."
-        self.attention = EncoderAttention(args, padded_heads(state, attn, args), attn, device, weight_dtype,
-                                          scale=args.real_head_dim ** -0.5)
-        self.norm2 = LayerNorm(state[f"{prefix}layer_norm2.weight"], state[f"{prefix}layer_norm2.bias"],
-                               args.norm_eps, device)
-        self.mlp = FeedForward(state, f"{prefix}mlp.", device, weight_dtype, args.activation)
-
-    def forward(self, x: Any) -> Any:
-        h = pre_norm_residual(x, self.norm1, self.attention.forward)
-        out = pre_norm_residual(h, self.norm2, self.mlp.forward)
-        ttnn.deallocate(h)
-        return out
+        super().__init__(LayerNorm(state[f"{prefix}layer_norm1.weight"], state[f"{prefix}layer_norm1.bias"],
+                                   args.norm_eps, device),
+                         EncoderAttention(args, padded_heads(state, attn, args), attn, device, weight_dtype,
+                                          scale=args.real_head_dim ** -0.5),
+                         LayerNorm(state[f"{prefix}layer_norm2.weight"], state[f"{prefix}layer_norm2.bias"],
+                                   args.norm_eps, device),
+                         FeedForward(state, f"{prefix}mlp.", device, weight_dtype, args.activation))
 
 
 class VisionTower:
@@ -125,15 +118,11 @@ class VisionTower:
         check_splits(device, vision_hidden_size=args.dim)
         self.args, self.device = args, device
         dtype = precision.attention_weights
-        self.padded_width = -(-args.patch_width // TILE) * TILE
-        conv = state[f"{prefix}embeddings.patch_embedding.weight"].reshape(args.dim, -1)
-        conv = torch.nn.functional.pad(conv, (0, self.padded_width - conv.shape[1]))
-        self.patch_weight = as_tensor(conv.T.contiguous()[None, None], device, dtype=dtype, shard_dim=-1)
-        self.patch_bias = as_tensor(state[f"{prefix}embeddings.patch_embedding.bias"].reshape(1, 1, 1, -1), device,
-                                    shard_dim=-1)
+        self.patch_embed = PatchEmbedding(state[f"{prefix}embeddings.patch_embedding.weight"], device, dtype,
+                                          bias=state[f"{prefix}embeddings.patch_embedding.bias"])
         self.positions = as_tensor(state[f"{prefix}embeddings.position_embedding.weight"][None, None], device,
                                    shard_dim=-1)
-        self.layers = [EncoderLayer(args, state, f"{prefix}encoder.layers.{i}.", device, dtype)
+        self.layers = [SiglipLayer(args, state, f"{prefix}encoder.layers.{i}.", device, dtype)
                        for i in range(args.depth)]
         self.post_norm = LayerNorm(state[f"{prefix}post_layernorm.weight"], state[f"{prefix}post_layernorm.bias"],
                                    args.norm_eps, device)
@@ -145,11 +134,7 @@ class VisionTower:
         if pixel_values.dim() != 4 or tuple(pixel_values.shape[1:]) != expected:
             shape = ", ".join(map(str, expected))
             raise ValueError(f"pixel_values {list(pixel_values.shape)}: expected [images, {shape}]")
-        rows = torch.nn.functional.pad(flat_patches(pixel_values.float(), args.patch_size),
-                                       (0, self.padded_width - args.patch_width))
-        patches = as_tensor(rows[:, None], self.device)
-        embedded = ttnn.linear(patches, self.patch_weight, bias=self.patch_bias)
-        ttnn.deallocate(patches)
+        embedded = self.patch_embed.forward(flat_patches(pixel_values.float(), args.patch_size)[:, None])
         # The position embeddings [1, 1, patches, dim] broadcast over the images; fractured, as the column-parallel
         # patch embedding comes out.
         x = ttnn.add(embedded, self.positions)

@@ -22,7 +22,7 @@ import torch
 from tt_models.models.mistral3.model import Mistral3Model
 from tt_models.runtime import ttnn, use
 from tt_models.tt.generator import as_torch
-from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
+from tt_models.tt.image_text_generator import ImageTextGenerator, chunk_start, per_row, table_rows
 
 
 def row_images(pixel_values: Any, image_sizes: Any = None) -> list[torch.Tensor]:
@@ -59,11 +59,7 @@ class Mistral3ForConditionalGeneration(ImageTextGenerator):
         """Logits ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``)."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
-        pixel_values = [None] * len(rows) if pixel_values is None else list(pixel_values)
-        image_sizes = [None] * len(rows) if image_sizes is None else list(image_sizes)
-        if not len(pixel_values) == len(image_sizes) == len(rows):
-            raise ValueError(f"{len(rows)} prefill rows, {len(pixel_values)} pixel_values, "
-                             f"{len(image_sizes)} image_sizes entries")
+        pixel_values, image_sizes = per_row(rows, pixel_values=pixel_values, image_sizes=image_sizes)
         out = []
         for row, (start, end, replica) in enumerate(rows):
             with use(self.devices[replica]):
@@ -77,13 +73,8 @@ class Mistral3ForConditionalGeneration(ImageTextGenerator):
     def _prefill_row(self, row: int, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                      images: list[torch.Tensor], replica: int, kv_cache: Any, on_device: bool) -> Any:
         model = self.models[replica]
-        is_image = tokens[:end] == self.image_token_id
-        if not bool(is_image.any()):
-            if images:
-                raise ValueError(f"prefill row {row}: {len(images)} images but no image tokens in the prompt")
-            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device)
-        block_size = kv_cache[0][0].shape[2]
-        if not bool(is_image[start // block_size * block_size:].any()):  # the chunk run holds no image tokens
+        is_image = self.image_mask(row, tokens, end, images)
+        if is_image is None or not bool(is_image[chunk_start(start, kv_cache):].any()):  # the chunk's run: text only
             return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device)
         # The images whose tokens start before the chunk's end (a chunk may end between or inside images).
         count = int(is_image.sum())

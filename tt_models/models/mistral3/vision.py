@@ -27,14 +27,15 @@ import torch
 
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs
-from tt_models.tt.encoder_attention import EncoderAttention
+from tt_models.tt.encoder_attention import EncoderAttention, rotation
+from tt_models.tt.encoder_layer import EncoderLayer
 from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import RMSNorm
-from tt_models.tt.residual import pre_norm_residual
+from tt_models.tt.patch_embedding import PatchEmbedding
 from tt_models.tt.rope import TILE, transformation_matrix
 from tt_models.tt.tensor_parallel import check_splits, fracture
-from tt_models.tt.weights import as_linear_weight, as_tensor
+from tt_models.tt.weights import as_tensor
 
 NORM_EPS = 1e-5  # HF hard-codes it for ln_pre and the layers' norms
 ACTIVATIONS = {"silu": "silu", "gelu": "gelu"}  # HF's hidden_act -> the ttnn name
@@ -55,10 +56,6 @@ class VisionArgs:
     @property
     def n_kv_heads(self) -> int:
         return self.n_heads
-
-    @property
-    def patch_width(self) -> int:
-        return self.channels * self.patch_size ** 2
 
     @property
     def token_size(self) -> int:
@@ -128,24 +125,17 @@ def flat_patches(pixel_values: torch.Tensor, patch_size: int) -> torch.Tensor:
     return grid.reshape((height // p) * (width // p), channels * p * p)
 
 
-class VisionLayer:
+class VisionLayer(EncoderLayer):
     """``h = x + attn(attention_norm(x))``, ``out = h + mlp(ffn_norm(h))``."""
 
     def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
                  precision: Precision) -> None:
-        self.attention_norm = RMSNorm(state[f"{prefix}attention_norm.weight"], NORM_EPS, device)
-        self.attention = EncoderAttention(args, state, f"{prefix}attention.", device, precision.attention_weights,
-                                          out_proj="o_proj", rotary=True)
-        self.ffn_norm = RMSNorm(state[f"{prefix}ffn_norm.weight"], NORM_EPS, device)
-        self.feed_forward = MLP(state, f"{prefix}feed_forward.", device, precision.mlp_weights,
-                                DecodeConfigs.interleaved(), activation=args.activation)
-
-    def forward(self, x: Any, rot: tuple[Any, Any], trans_mat: Any) -> Any:
-        h = pre_norm_residual(x, self.attention_norm, lambda normed: self.attention.forward(normed, None, rot,
-                                                                                           trans_mat))
-        out = pre_norm_residual(h, self.ffn_norm, self.feed_forward.forward)
-        ttnn.deallocate(h)
-        return out
+        super().__init__(RMSNorm(state[f"{prefix}attention_norm.weight"], NORM_EPS, device),
+                         EncoderAttention(args, state, f"{prefix}attention.", device, precision.attention_weights,
+                                          out_proj="o_proj", rotary=True),
+                         RMSNorm(state[f"{prefix}ffn_norm.weight"], NORM_EPS, device),
+                         MLP(state, f"{prefix}feed_forward.", device, precision.mlp_weights,
+                             DecodeConfigs.interleaved(), activation=args.activation))
 
 
 class VisionTower:
@@ -154,10 +144,7 @@ class VisionTower:
         # The fractured residual splits into whole tiles per chip; the MLP need not (its matmuls pad each slice).
         check_splits(device, vision_hidden_size=args.dim)
         self.args, self.device = args, device
-        self.padded_width = -(-args.patch_width // TILE) * TILE
-        conv = state[f"{prefix}patch_conv.weight"].reshape(args.dim, -1)
-        self.patch_weight = as_linear_weight(torch.nn.functional.pad(conv, (0, self.padded_width - conv.shape[1])),
-                                             device, precision.attention_weights, shard_dim=-1)
+        self.patch_embed = PatchEmbedding(state[f"{prefix}patch_conv.weight"], device, precision.attention_weights)
         self.ln_pre = RMSNorm(state[f"{prefix}ln_pre.weight"], NORM_EPS, device)
         self.trans_mat = as_tensor(transformation_matrix()[None, None], device)
         self.layers = [VisionLayer(args, state, f"{prefix}transformer.layers.{i}.", device, precision)
@@ -171,19 +158,15 @@ class VisionTower:
             raise ValueError(f"pixel_values {list(pixel_values.shape)}: expected one image [{args.channels}, h, w]")
         grid = PatchGrid.of(*pixel_values.shape[1:], args)
         rows = flat_patches(pixel_values.float(), args.patch_size)[grid.order]
-        patches = as_tensor(torch.nn.functional.pad(rows, (0, self.padded_width - args.patch_width))[None, None],
-                            self.device)
-        embedded = ttnn.linear(patches, self.patch_weight)  # column-parallel: comes out fractured
-        ttnn.deallocate(patches)
+        embedded = self.patch_embed.forward(rows[None, None])  # column-parallel: comes out fractured
         normed = self.ln_pre.forward(embedded)  # whole on every chip
         ttnn.deallocate(embedded)
         x = fracture(normed, self.device)
         if x is not normed:
             ttnn.deallocate(normed)
-        cos, sin = rotary_cos_sin(grid.positions, args)
-        rot = (as_tensor(cos[None, None], self.device), as_tensor(sin[None, None], self.device))
+        rot = rotation(*rotary_cos_sin(grid.positions, args), self.device)
         for layer in self.layers:
-            out = layer.forward(x, rot, self.trans_mat)
+            out = layer.forward(x, None, rot, self.trans_mat)
             ttnn.deallocate(x)
             x = out
         for t in rot:

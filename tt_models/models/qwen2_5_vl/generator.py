@@ -23,7 +23,7 @@ from tt_models.models.qwen2_5_vl.rope_index import mrope_positions
 from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import HostInputs
 from tt_models.tt.generator import as_torch
-from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
+from tt_models.tt.image_text_generator import ImageTextGenerator, chunk_start, per_row, table_rows
 
 
 def row_images(pixel_values: Any, grids: Any) -> tuple[list[torch.Tensor], list[tuple[int, int, int]]]:
@@ -65,11 +65,7 @@ class Qwen2_5_VLForConditionalGeneration(ImageTextGenerator):
         rope deltas ``[n]``."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
-        pixel_values = [None] * len(rows) if pixel_values is None else list(pixel_values)
-        image_grid_thw = [None] * len(rows) if image_grid_thw is None else list(image_grid_thw)
-        if not len(pixel_values) == len(image_grid_thw) == len(rows):
-            raise ValueError(f"{len(rows)} prefill rows, {len(pixel_values)} pixel_values, "
-                             f"{len(image_grid_thw)} image_grid_thw entries")
+        pixel_values, image_grid_thw = per_row(rows, pixel_values=pixel_values, image_grid_thw=image_grid_thw)
         slots = range(len(rows)) if empty_slots is None else as_torch(empty_slots).tolist()
         out, deltas = [], torch.zeros(len(rows), dtype=torch.int64)
         for row, (start, end, replica) in enumerate(rows):
@@ -87,17 +83,14 @@ class Qwen2_5_VLForConditionalGeneration(ImageTextGenerator):
                      images: list[torch.Tensor], grids: list[tuple[int, int, int]], replica: int, kv_cache: Any,
                      on_device: bool) -> tuple[Any, int]:
         model = self.models[replica]
-        is_image = tokens[:end] == self.image_token_id
-        if not bool(is_image.any()):
-            if images:
-                raise ValueError(f"prefill row {row}: {len(images)} images but no image tokens in the prompt")
+        is_image = self.image_mask(row, tokens, end, images)
+        if is_image is None:
             return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device), 0
         if not grids:
             raise ValueError(f"prefill row {row}: image tokens in the prompt but no image_grid_thw")
         positions, delta = mrope_positions(tokens[:end], grids, self.image_token_id, model.vision_args.merge)
-        chunk_start = start // kv_cache[0][0].shape[2] * kv_cache[0][0].shape[2]  # where the chunk restarts
         table = None
-        if bool(is_image[chunk_start:].any()):
+        if bool(is_image[chunk_start(start, kv_cache):].any()):
             if not images:
                 raise ValueError(f"prefill row {row}: the chunk holds image tokens but pixel_values has no images")
             table = model.image_table(images, grids)

@@ -13,15 +13,18 @@ from tt_models.tt.model_config import Precision, default_profile
 
 
 class Qwen2_5_VLModel(ImageTextModel):
+    # The family's parts, built from the config as these are (Qwen3-VL's replica swaps in its own).
+    vision_args_class, tower_class, text_class = VisionArgs, VisionTower, Qwen2_5_VLText
+
     def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
                  max_seq_len: int, optimizations: str | None) -> None:
         self.device = device
-        self.vision_args = VisionArgs.from_hf(hf_config.vision_config)
+        self.vision_args = self.vision_args_class.from_hf(hf_config.vision_config)
         # The vision tower as Mllama's: every weight bfloat16 ("accuracy") or bfloat8_b ("performance").
         vision_precision = Precision.uniform(optimizations or default_profile(hf_config))
-        self.vision = VisionTower(self.vision_args, state, "model.visual.", device, vision_precision)
-        super().__init__(Qwen2_5_VLText(hf_config, state, device, max_batch_size=max_batch_size,
-                                        max_seq_len=max_seq_len, optimizations=optimizations))
+        self.vision = self.tower_class(self.vision_args, state, "model.visual.", device, vision_precision)
+        super().__init__(self.text_class(hf_config, state, device, max_batch_size=max_batch_size,
+                                         max_seq_len=max_seq_len, optimizations=optimizations))
 
     def image_tokens(self, pixel_values: torch.Tensor, grid: tuple[int, int, int]) -> Any:
         """One image's patches ``[t * h * w, C * T * p * p]`` and ``(t, h, w)`` grid -> its tokens

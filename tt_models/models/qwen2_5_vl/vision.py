@@ -25,15 +25,16 @@ import torch
 from tt_models.models.qwen2_5_vl.windows import ImageLayout
 from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs
-from tt_models.tt.encoder_attention import EncoderAttention
+from tt_models.tt.encoder_attention import EncoderAttention, rotation
+from tt_models.tt.encoder_layer import EncoderLayer
 from tt_models.tt.linear import Linear
 from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import RMSNorm
-from tt_models.tt.residual import pre_norm_residual
+from tt_models.tt.patch_embedding import PatchEmbedding
 from tt_models.tt.rope import TILE, transformation_matrix
 from tt_models.tt.tensor_parallel import check_splits, gather
-from tt_models.tt.weights import as_linear_weight, as_tensor, mesh_mapper
+from tt_models.tt.weights import as_tensor, mesh_mapper
 
 NORM_EPS = 1e-6  # HF hard-codes it for the vision blocks and the merger
 
@@ -98,22 +99,16 @@ def split_qkv(state: dict[str, torch.Tensor], prefix: str, dim: int) -> dict[str
     return out
 
 
-class VisionBlock:
+class VisionBlock(EncoderLayer):
     """``h = x + attn(norm1(x))``, ``out = h + mlp(norm2(h))``."""
 
     def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
                  precision: Precision) -> None:
-        self.norm1 = RMSNorm(state[f"{prefix}norm1.weight"], NORM_EPS, device)
-        self.attention = EncoderAttention(args, split_qkv(state, f"{prefix}attn.", args.dim), f"{prefix}attn.", device,
-                                          precision.attention_weights, out_proj="proj", rotary=True)
-        self.norm2 = RMSNorm(state[f"{prefix}norm2.weight"], NORM_EPS, device)
-        self.mlp = MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, DecodeConfigs.interleaved())
-
-    def forward(self, x: Any, mask: Any, rot: tuple[Any, Any], trans_mat: Any) -> Any:
-        h = pre_norm_residual(x, self.norm1, lambda normed: self.attention.forward(normed, mask, rot, trans_mat))
-        out = pre_norm_residual(h, self.norm2, self.mlp.forward)
-        ttnn.deallocate(h)
-        return out
+        super().__init__(RMSNorm(state[f"{prefix}norm1.weight"], NORM_EPS, device),
+                         EncoderAttention(args, split_qkv(state, f"{prefix}attn.", args.dim), f"{prefix}attn.", device,
+                                          precision.attention_weights, out_proj="proj", rotary=True),
+                         RMSNorm(state[f"{prefix}norm2.weight"], NORM_EPS, device),
+                         MLP(state, f"{prefix}mlp.", device, precision.mlp_weights, DecodeConfigs.interleaved()))
 
 
 class VisionTower:
@@ -122,10 +117,8 @@ class VisionTower:
         # The fractured residual splits into whole tiles per chip; the MLP need not (its matmuls pad each slice).
         check_splits(device, vision_hidden_size=args.dim)
         self.args, self.device = args, device
-        self.padded_width = -(-args.patch_width // TILE) * TILE
-        conv = state[f"{prefix}patch_embed.proj.weight"].reshape(args.dim, -1)
-        self.patch_weight = as_linear_weight(torch.nn.functional.pad(conv, (0, self.padded_width - conv.shape[1])),
-                                             device, precision.attention_weights, shard_dim=-1)
+        self.patch_embed = PatchEmbedding(state[f"{prefix}patch_embed.proj.weight"], device,
+                                          precision.attention_weights)
         self.trans_mat = as_tensor(transformation_matrix()[None, None], device)
         self.blocks = [VisionBlock(args, state, f"{prefix}blocks.{i}.", device, precision) for i in range(args.depth)]
         self.merger_norm = RMSNorm(state[f"{prefix}merger.ln_q.weight"], NORM_EPS, device)
@@ -145,12 +138,8 @@ class VisionTower:
         if tuple(pixel_values.shape) != (layout.patches, args.patch_width):
             raise ValueError(f"pixel_values {list(pixel_values.shape)} for grid {grid}: expected "
                              f"{[layout.patches, args.patch_width]}")
-        rows = torch.nn.functional.pad(pixel_values.float()[layout.order], (0, self.padded_width - args.patch_width))
-        patches = as_tensor(rows[None, None], device)
-        x = ttnn.linear(patches, self.patch_weight)  # column-parallel: comes out fractured
-        ttnn.deallocate(patches)
-        cos, sin = rotary_cos_sin(layout.positions, args)
-        rot = (as_tensor(cos[None, None], device), as_tensor(sin[None, None], device))
+        x = self.patch_embed.forward(pixel_values.float()[layout.order][None, None])  # fractured
+        rot = rotation(*rotary_cos_sin(layout.positions, args), device)
         masks = {full: None if m is None else as_tensor(m, device)
                  for full, m in ((True, layout.mask(layout.frame)), (False, layout.mask(layout.window)))}
         for i, block in enumerate(self.blocks):

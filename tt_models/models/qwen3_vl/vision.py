@@ -28,12 +28,13 @@ from tt_models.models.qwen2_5_vl.vision import rotary_cos_sin, split_qkv
 from tt_models.models.qwen2_5_vl.windows import ImageLayout
 from tt_models.runtime import ttnn
 from tt_models.tt.embedding import Embedding
-from tt_models.tt.encoder_attention import EncoderAttention
+from tt_models.tt.encoder_attention import EncoderAttention, rotation
+from tt_models.tt.encoder_layer import EncoderLayer
 from tt_models.tt.linear import Linear
 from tt_models.tt.mlp import FeedForward
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
-from tt_models.tt.residual import pre_norm_residual
+from tt_models.tt.patch_embedding import PatchEmbedding
 from tt_models.tt.rope import TILE, transformation_matrix
 from tt_models.tt.tensor_parallel import check_splits, gather
 from tt_models.tt.weights import as_tensor
@@ -108,23 +109,17 @@ def mlp_state(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Te
             for i in (1, 2) for kind in ("weight", "bias")}
 
 
-class VisionBlock:
+class VisionBlock(EncoderLayer):
     """``h = x + attn(norm1(x))``, ``out = h + mlp(norm2(h))``."""
 
     def __init__(self, args: VisionArgs, state: dict[str, torch.Tensor], prefix: str, device: Any,
                  precision: Precision) -> None:
-        self.norm1 = LayerNorm(state[f"{prefix}norm1.weight"], state[f"{prefix}norm1.bias"], NORM_EPS, device)
-        self.attention = EncoderAttention(args, split_qkv(state, f"{prefix}attn.", args.dim), f"{prefix}attn.", device,
-                                          precision.attention_weights, out_proj="proj", rotary=True)
-        self.norm2 = LayerNorm(state[f"{prefix}norm2.weight"], state[f"{prefix}norm2.bias"], NORM_EPS, device)
-        self.mlp = FeedForward(mlp_state(state, f"{prefix}mlp."), f"{prefix}mlp.", device, precision.mlp_weights,
-                               args.activation)
-
-    def forward(self, x: Any, mask: Any, rot: tuple[Any, Any], trans_mat: Any) -> Any:
-        h = pre_norm_residual(x, self.norm1, lambda normed: self.attention.forward(normed, mask, rot, trans_mat))
-        out = pre_norm_residual(h, self.norm2, self.mlp.forward)
-        ttnn.deallocate(h)
-        return out
+        super().__init__(LayerNorm(state[f"{prefix}norm1.weight"], state[f"{prefix}norm1.bias"], NORM_EPS, device),
+                         EncoderAttention(args, split_qkv(state, f"{prefix}attn.", args.dim), f"{prefix}attn.", device,
+                                          precision.attention_weights, out_proj="proj", rotary=True),
+                         LayerNorm(state[f"{prefix}norm2.weight"], state[f"{prefix}norm2.bias"], NORM_EPS, device),
+                         FeedForward(mlp_state(state, f"{prefix}mlp."), f"{prefix}mlp.", device, precision.mlp_weights,
+                                     args.activation))
 
 
 class PatchMerger:
@@ -166,11 +161,8 @@ class VisionTower:
         # The fractured residual splits into whole tiles per chip; the MLP need not (its matmuls pad each slice).
         check_splits(device, vision_hidden_size=args.dim)
         self.args, self.device = args, device
-        self.padded_width = -(-args.patch_width // TILE) * TILE
-        conv = state[f"{prefix}patch_embed.proj.weight"].reshape(args.dim, -1)
-        self.patch_embed = Linear(torch.nn.functional.pad(conv, (0, self.padded_width - conv.shape[1])), device,
-                                  precision.attention_weights, bias=state[f"{prefix}patch_embed.proj.bias"],
-                                  parallel="column")
+        self.patch_embed = PatchEmbedding(state[f"{prefix}patch_embed.proj.weight"], device,
+                                          precision.attention_weights, bias=state[f"{prefix}patch_embed.proj.bias"])
         self.position_table = Embedding(state[f"{prefix}pos_embed.weight"], device)  # fractured rows, as the patches
         self.trans_mat = as_tensor(transformation_matrix()[None, None], device)
         self.blocks = [VisionBlock(args, state, f"{prefix}blocks.{i}.", device, precision) for i in range(args.depth)]
@@ -193,12 +185,8 @@ class VisionTower:
         if tuple(pixel_values.shape) != (layout.patches, args.patch_width):
             raise ValueError(f"pixel_values {list(pixel_values.shape)} for grid {grid}: expected "
                              f"{[layout.patches, args.patch_width]}")
-        rows = torch.nn.functional.pad(pixel_values.float(), (0, self.padded_width - args.patch_width))
-        patches = as_tensor(rows[None, None], device)
-        x = self._add_positions(self.patch_embed.forward(patches), layout)  # column-parallel: fractured
-        ttnn.deallocate(patches)
-        cos, sin = rotary_cos_sin(layout.positions, args)
-        rot = (as_tensor(cos[None, None], device), as_tensor(sin[None, None], device))
+        x = self._add_positions(self.patch_embed.forward(pixel_values.float()[None, None]), layout)  # fractured
+        rot = rotation(*rotary_cos_sin(layout.positions, args), device)
         frames = layout.mask(layout.frame)
         mask = None if frames is None else as_tensor(frames, device)
         deepstack = []
