@@ -5,8 +5,9 @@ byte for byte on instantiated models (split weights 1/N per chip, norms and rota
 KV heads ``kv_heads // min(N, kv_heads)`` per chip with their K/V projection columns, query groups padded to whole
 heads per chip, the vocabulary padded to whole tiles per chip, TILE weights in whole tiles of their dtype). The KV
 pool gets what a chip's DRAM leaves after its weights, less the tenth the engine keeps for activations, trace and
-programs (``ModelRunner``'s default pool). DRAM-sharded decode weights pad their columns to whole tiles per DRAM
-bank (about 2% more on Wormhole), not counted here.
+programs (``ModelRunner``'s default pool). Mixture-of-experts layers count their experts as ``tt_models/tt/moe.py``
+holds them (:class:`Experts`). DRAM-sharded decode weights pad their columns to whole tiles per DRAM bank (about 2%
+more on Wormhole), not counted here.
 
     .venv/bin/python bench/memory_fit.py [--block-size 64]
 """
@@ -48,6 +49,30 @@ class Attention:
         return HeadSplit.of(self.heads, self.kv_heads, chips).kv_per_chip
 
 
+def _tiles(n: int) -> int:
+    return -(-n // TILE) * TILE
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A layer's routed experts as ``tt_models/tt/moe.py`` holds them: ``n`` experts of ``width``, stacked (gate and
+    up ``[dim, n x width]``, down ``[n x width, dim]``, the profile's MLP dtype) and split 1/N a chip with the
+    bfloat4_b routing expansion ``[n, n x width]``; the bfloat16 router ``[dim, n]`` (padded to whole tiles) and its
+    bias whole on every chip. ``biases`` (GPT-OSS): the gate and up biases 1/N a chip, the routed down biases
+    ``[n, dim]`` column-parallel. Biases are bfloat16 TILE rows (32 rows a tile)."""
+
+    n: int
+    width: int
+    biases: bool = False
+
+    def weights(self, dim: int, chips: int, dtype: str) -> float:
+        routed, padded = self.n * self.width / chips, _tiles(self.n)
+        stacked = 3 * dim * routed * BYTES[dtype] + padded * routed * BYTES["bfp4"]
+        router = padded * dim * 2 + TILE * padded * 2
+        biases = 2 * TILE * routed * 2 + padded * dim / chips * 2 if self.biases else 0.0
+        return stacked + router + biases
+
+
 def _vocab(vocab: int, chips: int) -> int:
     """One chip's LM head columns: the vocabulary padded to whole tiles on every chip."""
     return -(-vocab // (chips * TILE)) * TILE if chips > 1 else vocab
@@ -55,7 +80,8 @@ def _vocab(vocab: int, chips: int) -> int:
 
 @dataclass(frozen=True)
 class Decoder:
-    """A Llama-family decoder (and Mllama's text model: ``cross_layers`` of its layers attend vision tokens)."""
+    """A Llama-family decoder (and Mllama's text model: ``cross_layers`` of its layers attend vision tokens; a
+    mixture-of-experts model's: ``experts`` in every layer instead of the MLP)."""
 
     attention: Attention
     layers: int
@@ -63,11 +89,15 @@ class Decoder:
     vocab: int
     cross_layers: int = 0  # layers with a cross-attention (every layer of Whisper's decoder, 8 of Mllama's text)
     mlp_matrices: int = 3  # gate, up, down (Whisper: fc1, fc2)
+    experts: Experts | None = None
 
     def weights(self, chips: int, profile: tuple[str, ...]) -> float:
         attention, mlp, head, _ = profile
         dim = self.attention.dim
-        mlp_bytes = self.mlp_matrices * dim * self.hidden / chips * BYTES[mlp]
+        if self.experts is None:
+            mlp_bytes = self.mlp_matrices * dim * self.hidden / chips * BYTES[mlp]
+        else:
+            mlp_bytes = self.experts.weights(dim, chips, mlp)
         per_layer = self.attention.weights(chips, attention) + mlp_bytes + 4 * dim
         embedding = self.vocab * dim / chips * 2  # bfloat16, ROW_MAJOR, split on the hidden dim
         cross = self.cross_layers * self.attention.weights(chips, attention)
@@ -111,6 +141,14 @@ MODELS = {
     "Whisper large-v3": (Decoder(Attention(1280, 20, 20, 64), 32, 5120, 51866, cross_layers=32, mlp_matrices=2),
                          Encoder(Attention(1280, 20, 20, 64), 32, 5120,
                                  extra=(128 * 3 * 1280 + 4 * 1280 * 1280 + 1500 * 1280 + 448 * 1280) * 2)),
+    # The hub configs openai/gpt-oss-20b and -120b (hidden 2880, 64 heads over 8 KV heads of 64, experts of 2880,
+    # vocabulary 201088; 24 layers of 32 experts, 36 of 128) and Qwen/Qwen3-30B-A3B (hidden 2048, 32 heads over 4 KV
+    # heads of 128, 48 layers of 128 experts of 768, vocabulary 151936): every layer sparse.
+    "GPT-OSS-20B": (Decoder(Attention(2880, 64, 8, 64), 24, 2880, 201088, experts=Experts(32, 2880, biases=True)),
+                    None),
+    "GPT-OSS-120B": (Decoder(Attention(2880, 64, 8, 64), 36, 2880, 201088, experts=Experts(128, 2880, biases=True)),
+                     None),
+    "Qwen3-30B-A3B": (Decoder(Attention(2048, 32, 4, 128), 48, 768, 151936, experts=Experts(128, 768)), None),
 }
 # Per request: cross-attention positions held in the same pool (Mllama: one image of 4 tiles x 1601 vision tokens;
 # Whisper: 1500 encoder positions), and the decoder's context limit.
@@ -118,7 +156,8 @@ CROSS_TOKENS = {"Llama 3.2 11B Vision": 4 * 1601, "Whisper large-v3": 1500}
 MAX_CONTEXT = {"Qwen2.5-7B": 32768, "Whisper large-v3": 448}
 FITS = [("Llama 3.1 8B", "n150"), ("Llama 3.1 8B", "p150"), ("Qwen2.5-7B", "n300"), ("Qwen2.5-7B", "T3K"),
         ("Llama 3.2 11B Vision", "n300"), ("Llama 3.1 70B", "T3K"), ("Llama 3.1 70B", "Galaxy (1x32)"),
-        ("Whisper large-v3", "n150")]
+        ("Whisper large-v3", "n150"), ("GPT-OSS-20B", "n150"), ("GPT-OSS-20B", "p150"), ("GPT-OSS-120B", "T3K"),
+        ("Qwen3-30B-A3B", "T3K")]
 CONTEXTS = (448, 4096, 32768, 131072)
 
 

@@ -1,8 +1,10 @@
 """The mixture-of-experts block (:mod:`tt_models.tt.moe`) against HF's float32 blocks on the host backend: Qwen3-MoE's
 ``Qwen3MoeSparseMoeBlock`` (softmax, top-k, renormalized; SwiGLU experts) and GPT-OSS's ``GptOssMLP`` (router bias,
 top-k then softmax; clamped gated experts with interleaved gate/up and their biases), on one chip and with the experts
-over two (the routed down biases added to each chip's slice of the fractured output). Rows of 40 tokens route to every
-expert (asserted). PCC >= 0.9999 with bfloat16 experts, >= 0.999 with bfloat8_b."""
+over two (the routed down biases added to each chip's slice of the fractured output), and GPT-OSS's with another
+``swiglu_alpha`` and ``swiglu_limit`` in its config (read from it: HF's block with OpenAI's 1.702 and 7 instead
+parts from it, asserted). Rows of 40 tokens route to every expert (asserted). PCC >= 0.9999 with bfloat16 experts,
+>= 0.999 with bfloat8_b."""
 
 import pytest
 import torch
@@ -17,6 +19,8 @@ from tt_models.tt.moe import MoE
 from tt_models.tt.weights import as_tensor, to_host
 
 TOKENS = 40
+# GPT-OSS's activation with a limit that clamps many of the tiny block's gate and up values (7 clamps none).
+SWIGLU = dict(swiglu_alpha=1.0, swiglu_limit=0.75)
 
 
 def _qwen3():
@@ -25,22 +29,32 @@ def _qwen3():
     return block, ExpertArgs.from_hf(hf.config), lambda x: block(x)
 
 
-def _gpt_oss():
-    block = tiny_gpt_oss_block()
-    return block, ExpertArgs.from_hf(GptOssConfig(**GPT_OSS_BLOCK)), lambda x: block(x)[0]
+def _gpt_oss(**config):
+    block = tiny_gpt_oss_block(**config)
+    return block, ExpertArgs.from_hf(GptOssConfig(**GPT_OSS_BLOCK | config)), lambda x: block(x)[0]
+
+
+FAMILIES = {"qwen3-moe": _qwen3, "gpt-oss": _gpt_oss, "gpt-oss-swiglu": lambda: _gpt_oss(**SWIGLU)}
+
+
+def _router(block) -> torch.nn.Module:
+    return block.router if hasattr(block, "router") else block.gate
+
+
+def _input(block) -> torch.Tensor:
+    return torch.randn(1, TOKENS, _router(block).weight.shape[1], generator=torch.Generator().manual_seed(1))
 
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("chips", [1, 2])
 @pytest.mark.parametrize("dtype, threshold", [(ttnn.bfloat16, 0.9999), (ttnn.bfloat8_b, 0.999)])
-@pytest.mark.parametrize("family", ["qwen3-moe", "gpt-oss"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_block_matches_hf(family, dtype, threshold, chips):
-    block, experts, reference = {"qwen3-moe": _qwen3, "gpt-oss": _gpt_oss}[family]()
-    x = torch.randn(1, TOKENS, block.experts.hidden_dim if family == "qwen3-moe" else block.experts.hidden_size,
-                    generator=torch.Generator().manual_seed(1))
+    block, experts, reference = FAMILIES[family]()
+    x = _input(block)
     with torch.no_grad():
         expected = reference(x)[0]
-        router = block.gate if family == "qwen3-moe" else block.router
+        router = _router(block)
         chosen = torch.nn.functional.linear(x[0], router.weight, getattr(router, "bias", None)).topk(experts.top_k)
     assert set(chosen.indices.flatten().tolist()) == set(range(experts.n_experts))
     mesh = open_device("host", mesh_shape=(1, chips))
@@ -52,6 +66,18 @@ def test_block_matches_hf(family, dtype, threshold, chips):
     score = pcc(out, expected)
     print(f"\n{family} {dtype.name} over {chips} chips: PCC {score:.6f}")
     assert score >= threshold
+
+
+def test_the_swiglu_config_changes_the_block():
+    """HF's block with ``SWIGLU`` and with OpenAI's constants (same weights) differ: PCC < 0.99."""
+    block, _, reference = _gpt_oss(**SWIGLU)
+    x = _input(block)
+    with torch.no_grad():
+        ours = reference(x)[0]
+        block.experts.alpha, block.experts.limit = 1.702, 7.0
+        constants = reference(x)[0]
+    print(f"\nswiglu {SWIGLU} against (1.702, 7): PCC {pcc(ours, constants):.4f}")
+    assert pcc(ours, constants) < 0.99
 
 
 def test_experts_that_do_not_split_are_refused():

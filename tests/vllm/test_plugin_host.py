@@ -34,6 +34,7 @@ from tt_models import LLM, SamplingParams
 from tt_models.runtime import mock
 from tt_models.testing.chat_checkpoints import write_smollm2_checkpoint
 from tt_models.testing.llama import tiny_model
+from tt_models.testing.moe import tiny_moe
 from tt_models.vllm import ENCODER_DECODER_WORKER
 
 pytestmark = pytest.mark.slow
@@ -77,8 +78,10 @@ def inspected(path: Path, names: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2, Qwen3 and Mistral inspected."""
-    archs = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE and GPT-OSS
+    inspected."""
+    archs = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Qwen3MoeForCausalLM",
+             "GptOssForCausalLM")
     names = [f"{prefix}{arch}" for arch in archs for prefix in ("TT", "")]
     return inspected(tmp_path_factory.mktemp("vllm-cache"), names)
 
@@ -164,6 +167,9 @@ IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_mod
 T3K_LLAMA = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
                         num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=512)
 TRACED_NAMES = ["llama-gqa", "qwen2-bias", "qwen3-qk-norm", "mistral-window", "SmolLM2-135M-Instruct"]
+# The mixture-of-experts families' tiny models (tt_models.testing.moe), served in the same traced runs; GPT-OSS's
+# context is 128 positions (YaRN from 32, factor 4), which vLLM derives and would refuse a longer max_model_len for.
+MOE_RUNS = {"qwen3-moe": {}, "gpt-oss": {"max_model_len": 128}}
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +188,9 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
         tiny_model(name).save_pretrained(tmp / name)
         traced.append({"model": str(tmp / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"]})
     traced.append({"model": str(write_smollm2_checkpoint(tmp)), **SMOLLM2_RUN})  # real weights, default precision
+    for name, sizes in MOE_RUNS.items():
+        tiny_moe(name).save_pretrained(tmp / name)
+        traced.append({"model": str(tmp / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"], **sizes})
     parts = {"in_process": [{"model": str(model_dir), "env": {"MESH_DEVICE": None}, "import_worker_first": True,
                              "mesh_devices": list(MESHES)}],
              "t3k": [{"model": str(tmp / "tp-llama"), "env": {"MESH_DEVICE": "T3K"}}],
@@ -194,7 +203,9 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
     def meanwhile() -> None:
         references["in_process"] = [request.getfixturevalue("reference")]
         references["t3k"] = [_reference(tmp / "tp-llama", PROMPTS, SIZES["max_tokens"], mesh_shape=(1, 8))]
-        references["traced"] = [_reference(Path(r["model"]), r["prompts"], r["max_tokens"]) for r in traced]
+        references["traced"] = [_reference(Path(r["model"]), r["prompts"], r["max_tokens"],
+                                           max_model_len=r.get("max_model_len", SIZES["max_model_len"]))
+                                for r in traced]
         references["encoder_decoder_worker"] = references["traced"][:1]
 
     runs = [run for part in parts.values() for run in part]
@@ -237,25 +248,28 @@ DEVICE_PATH = {"tt": {"trace_mode": "all", "sample_on_device_mode": "all"}}
 SMOLLM2_RUN = dict(prompts=PROMPTS[:1], max_tokens=4)
 
 
-def _reference(path: Path, prompts: list[list[int]], max_tokens: int,
-               mesh_shape: tuple[int, int] | None = None) -> list[list[int]]:
+def _reference(path: Path, prompts: list[list[int]], max_tokens: int, mesh_shape: tuple[int, int] | None = None,
+               max_model_len: int = SIZES["max_model_len"]) -> list[list[int]]:
     llm = LLM(str(path), backend="host", optimizations=None, max_num_seqs=SIZES["max_num_seqs"],
-              block_size=SIZES["block_size"], max_model_len=SIZES["max_model_len"], mesh_shape=mesh_shape)
+              block_size=SIZES["block_size"], max_model_len=max_model_len, mesh_shape=mesh_shape)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
 
 
 def test_traced_decode_with_device_sampling(in_process_runs: dict[str, Any]) -> None:
-    """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2, Qwen3 and Mistral classes and
-    SmolLM2 served one after another by one in-process engine with vLLM's async scheduling (the plugin's async decode):
-    prefill and decode return tokens sampled on the device (greedy: the argmax), the traces are captured at warmup,
-    every decode step is a traced ``decode_forward`` (one ``execute_trace`` each), steady steps come a step behind
-    (``reset_batch=False``: the model feeds its sampled tokens back on the device), and the tokens equal
-    ``tt_models.LLM``'s (synchronous, host sampling of eager logits)."""
+    """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2, Qwen3 and Mistral classes,
+    SmolLM2 and the tiny Qwen3-MoE and GPT-OSS (vLLM 0.25.1 accepting their architectures; for GPT-OSS the plugin
+    turns chunked prefill and prefix caching off) served one after another by one in-process engine with vLLM's
+    async scheduling (the plugin's async decode): prefill and decode return tokens sampled on the device (greedy:
+    the argmax), the traces are captured at warmup, every decode step is a traced ``decode_forward`` (one
+    ``execute_trace`` each), steady steps come a step behind (``reset_batch=False``: the model feeds its sampled
+    tokens back on the device), and the tokens equal ``tt_models.LLM``'s (synchronous, host sampling of eager
+    logits)."""
     runs, reports, _, stderr, references = in_process_runs["traced"]
     assert "Traceback" not in stderr, stderr[-6000:]
-    assert len(reports) == len(runs) == len(TRACED_NAMES)
-    for name, run, report, reference in zip(TRACED_NAMES, runs, reports, references):
+    names = TRACED_NAMES + list(MOE_RUNS)
+    assert len(reports) == len(runs) == len(names)
+    for name, run, report, reference in zip(names, runs, reports, references):
         print(f"{name}: vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
         assert report["tokens"] == reference, name
         decodes = report["decodes"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,11 +25,9 @@ from typing import Annotated, Literal
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from tt_models.engine.outputs import RequestOutput
 from tt_models.server.async_engine import AsyncEngine, RequestStream
 from tt_models.server.errors import APIError, as_api_error
-from tt_models.server.serving import submit
-from tt_models.server.streaming import merge
+from tt_models.server.transcription_rounds import Transcribed, growing_text
 from tt_models.speech.realtime_session import RealtimeError, RealtimeSession, Turn, error_event
 
 logger = logging.getLogger(__name__)
@@ -210,34 +207,20 @@ def _invalid(data: object, error: ValidationError) -> RealtimeError:
 
 async def _transcribe(session: RealtimeSession, turn: Turn, engine: AsyncEngine, send: Send) -> None:
     """The turn through the engine, its text sent as it grows, then ``completed`` (or ``failed``)."""
-    steps = turn.job.steps()
-    outputs: list[RequestOutput] | None = None
-    input_tokens = output_tokens = 0
+    streams: list[RequestStream] = []
     try:
-        for round_ in itertools.count():
-            try:
-                batch = steps.send(outputs)
-            except StopIteration as done:
-                transcript = done.value
+        async for text in growing_text(turn.job, engine, turn.item_id, streams):
+            if isinstance(text, Transcribed):
+                done = text
                 break
-            streams: list[RequestStream] = await submit(engine, f"{turn.item_id}-{round_}", batch.prompts,
-                                                        batch.params)
-            latest: list[RequestOutput | None] = [None] * len(streams)
-            try:
-                async for index, output in merge(streams):
-                    latest[index] = output
-                    if batch.windows:
-                        await send(session.transcribing(turn, turn.job.text(latest)))
-            finally:
-                for stream in streams:
-                    stream.close()
-            outputs = latest
-            input_tokens += sum(len(o.prompt_token_ids) for o in outputs)
-            output_tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+            await send(session.transcribing(turn, text))
     except Exception as error:  # the engine's failure ends this turn only
         failure = as_api_error(error)
         logger.warning("realtime session %s: the transcription of %s failed: %s", session.id, turn.item_id, failure)
         await send(session.failed(turn, RealtimeError(failure.info.code or "transcription_failed",
                                                       failure.info.message)))
         return
-    await send(session.completed(turn, transcript, input_tokens, output_tokens))
+    finally:  # (cancelled when the client leaves: the requests under way are aborted, their blocks freed)
+        for stream in streams:
+            stream.close()
+    await send(session.completed(turn, done.transcript, done.prompt_tokens, done.output_tokens))

@@ -29,8 +29,9 @@ from tt_models.server.errors import APIError, engine_errors
 from tt_models.server.protocol import (AudioResponseFormat, DurationUsage, TokenUsage, TranscriptDelta,
                                        TranscriptDone, Transcription, TranscriptionVerbose, TranscriptionWord)
 from tt_models.server.serving import finish, json_response, new_id, submit
-from tt_models.server.streaming import event_stream, merge, sse
+from tt_models.server.streaming import event_stream, sse
 from tt_models.server.subtitles import Cue, srt, vtt
+from tt_models.server.transcription_rounds import Transcribed, growing_text
 from tt_models.speech import LongFormTranscription, Transcript, TranscriptionOptions
 from tt_models.speech.fallback import FALLBACK_TEMPERATURES
 
@@ -143,29 +144,15 @@ async def _events(job: LongFormTranscription, engine: AsyncEngine, response_id: 
     """The transcript's growth as ``transcript.text.delta`` events (its text only grows, so the deltas add up to
     the final text), then ``transcript.text.done``. ``streams`` holds the round's requests, for the response to close
     (which aborts those under way)."""
-    steps = job.steps()
-    outputs: list[RequestOutput] | None = None
     sent = ""
-    prompt_tokens = output_tokens = 0
-    for round_ in itertools.count():
-        try:
-            batch = steps.send(outputs)
-        except StopIteration as done:
-            transcript = done.value
+    async for text in growing_text(job, engine, response_id, streams):
+        if isinstance(text, Transcribed):
+            done = text
             break
-        streams[:] = await submit(engine, f"{response_id}-{round_}", batch.prompts, batch.params)
-        latest: list[RequestOutput | None] = [None] * len(streams)
-        async for index, output in merge(streams):
-            latest[index] = output
-            if batch.windows:
-                text = job.text(latest)
-                if len(text) > len(sent):
-                    yield sse(TranscriptDelta(delta=text[len(sent):]))
-                    sent = text
-        outputs = latest
-        prompt_tokens += sum(len(o.prompt_token_ids) for o in outputs)
-        output_tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
-    if len(transcript.text) > len(sent):
-        yield sse(TranscriptDelta(delta=transcript.text[len(sent):]))
-    yield sse(TranscriptDone(text=transcript.text, usage=TokenUsage(
-        input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens)))
+        yield sse(TranscriptDelta(delta=text[len(sent):]))
+        sent = text
+    if len(done.transcript.text) > len(sent):
+        yield sse(TranscriptDelta(delta=done.transcript.text[len(sent):]))
+    yield sse(TranscriptDone(text=done.transcript.text, usage=TokenUsage(
+        input_tokens=done.prompt_tokens, output_tokens=done.output_tokens,
+        total_tokens=done.prompt_tokens + done.output_tokens)))

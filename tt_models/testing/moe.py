@@ -85,12 +85,13 @@ def tiny_moe(name: str, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def tiny_gpt_oss_block(seed: int = 0) -> torch.nn.Module:
-    """GPT-OSS's MoE block (``GptOssMLP``: router with bias, experts with biases) of a tiny config."""
+def tiny_gpt_oss_block(seed: int = 0, **config: float) -> torch.nn.Module:
+    """GPT-OSS's MoE block (``GptOssMLP``: router with bias, experts with biases) of a tiny config (``config``
+    overriding :data:`GPT_OSS_BLOCK`, e.g. ``swiglu_limit``)."""
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
     torch.manual_seed(seed)
-    block = GptOssMLP(GptOssConfig(**GPT_OSS_BLOCK)).eval()
+    block = GptOssMLP(GptOssConfig(**GPT_OSS_BLOCK | config)).eval()
     with torch.no_grad():
         for name, param in block.named_parameters():
             if name == "router.weight":

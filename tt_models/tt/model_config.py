@@ -62,7 +62,8 @@ class Precision:
 class ExpertArgs:
     """The mixture-of-experts layers of a config: ``n_experts`` SwiGLU experts ``hidden_dim`` wide, ``top_k`` of them
     per token. ``routing``: "softmax_topk" (Qwen3-MoE: softmax over every expert, top-k, renormalized over the k when
-    ``normalize``) or "topk_softmax" (GPT-OSS: top-k of the router logits, softmax over the k)."""
+    ``normalize``) or "topk_softmax" (GPT-OSS: top-k of the router logits, softmax over the k). ``swiglu``: GPT-OSS's
+    clamped gated activation's ``(swiglu_alpha, swiglu_limit)`` from its config; None for plain SwiGLU experts."""
 
     n_experts: int
     top_k: int
@@ -70,6 +71,7 @@ class ExpertArgs:
     routing: str
     normalize: bool
     sparse_layers: frozenset[int]
+    swiglu: tuple[float, float] | None = None
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> "ExpertArgs | None":
@@ -82,7 +84,8 @@ class ExpertArgs:
                        "softmax_topk", bool(hf_config.norm_topk_prob), frozenset(sparse))
         if hf_config.model_type == "gpt_oss":
             return cls(hf_config.num_local_experts, hf_config.num_experts_per_tok, hf_config.intermediate_size,
-                       "topk_softmax", True, frozenset(layers))
+                       "topk_softmax", True, frozenset(layers),
+                       (float(hf_config.swiglu_alpha), float(hf_config.swiglu_limit)))
         return None
 
 

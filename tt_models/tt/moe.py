@@ -29,7 +29,6 @@ from tt_models.tt.model_config import ExpertArgs
 from tt_models.tt.tensor_parallel import TILE, chips
 
 UNROUTED_LOGIT = -1e4  # the router logit of a padding column: exp() of it is 0 in bfloat16
-GPT_OSS_ALPHA, GPT_OSS_LIMIT = 1.702, 7.0  # GptOssExperts' swiglu_alpha and swiglu_limit
 
 
 def _padded(n: int) -> int:
@@ -143,18 +142,20 @@ class MoE:
 
     def _activated(self, x: Any) -> Any:
         """Every held expert's activated hidden ``[.., tokens, E / N * I]``: ``silu(gate) * up`` (Qwen3-MoE), or
-        GptOssExperts' ``(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 g)`` with ``g = clamp(gate, max=7)``."""
+        GptOssExperts' ``(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g)`` with ``g = clamp(gate, max=limit)``
+        (``experts.swiglu``: the config's ``swiglu_alpha``, ``swiglu_limit``; 1.702 and 7 in OpenAI's)."""
         gate, up = self.gate.forward(x), self.up.forward(x)
         if not self.gpt_oss:
             hidden = ttnn.multiply(gate, up)
             for t in (gate, up):
                 ttnn.deallocate(t)
             return hidden
-        g = ttnn.clamp(gate, max=GPT_OSS_LIMIT)
-        u = ttnn.clamp(up, min=-GPT_OSS_LIMIT, max=GPT_OSS_LIMIT)
+        alpha, limit = self.experts.swiglu
+        g = ttnn.clamp(gate, max=limit)
+        u = ttnn.clamp(up, min=-limit, max=limit)
         for t in (gate, up):
             ttnn.deallocate(t)
-        scaled = ttnn.multiply(g, GPT_OSS_ALPHA)
+        scaled = ttnn.multiply(g, alpha)
         sigmoid = ttnn.sigmoid(scaled)
         glu = ttnn.multiply(g, sigmoid)
         shifted = ttnn.add(u, 1.0)
