@@ -93,26 +93,35 @@ def run(url: str, model: str, sessions: int) -> list[float]:
     return [latency for latencies in asyncio.run(all_sessions()) for latency in latencies]
 
 
+def serve_latencies(model: str = "whisper-tiny.en", optimizations: str = "accuracy", sessions: int = 1) -> np.ndarray:
+    """Every piece's latency, against ``tt-models serve`` started here (host backend) and stopped after."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "tt_models.server.cli", "serve", model, "--port", str(port),
+               "--backend", "host", "--optimizations", optimizations, "--max-num-seqs", "8"]
+    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
+    try:
+        wait_healthy(url, process)
+        return np.array(run(url, model, sessions))
+    finally:
+        stop(process, 30)
+
+
+def report(latencies: np.ndarray, model: str, optimizations: str, sessions: int) -> str:
+    return (f"{model}, host backend, {optimizations}, {sessions} session(s), silence_duration_ms {SILENCE_MS}: "
+            f"{latencies.size} speech ends\n"
+            f"end of speech -> completed: p50 {np.percentile(latencies, 50):.3f} s, "
+            f"p90 {np.percentile(latencies, 90):.3f} s (min {latencies.min():.3f}, max {latencies.max():.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="whisper-tiny.en")
     parser.add_argument("--optimizations", default="accuracy", choices=["accuracy", "performance"])
     parser.add_argument("--sessions", type=int, default=1, help="sessions streaming at once")
     args = parser.parse_args()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "tt_models.server.cli", "serve", args.model, "--port", str(port),
-               "--backend", "host", "--optimizations", args.optimizations, "--max-num-seqs", "8"]
-    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
-    try:
-        wait_healthy(url, process)
-        latencies = np.array(run(url, args.model, args.sessions))
-    finally:
-        stop(process, 30)
-    print(f"{args.model}, host backend, {args.optimizations}, {args.sessions} session(s), "
-          f"silence_duration_ms {SILENCE_MS}: {latencies.size} speech ends")
-    print(f"end of speech -> completed: p50 {np.percentile(latencies, 50):.3f} s, "
-          f"p90 {np.percentile(latencies, 90):.3f} s (min {latencies.min():.3f}, max {latencies.max():.3f})")
+    latencies = serve_latencies(args.model, args.optimizations, args.sessions)
+    print(report(latencies, args.model, args.optimizations, args.sessions))
 
 
 if __name__ == "__main__":

@@ -102,21 +102,24 @@ def word_timestamp_cost(model: str = "whisper-tiny.en", audio: np.ndarray | None
             "cross_keys_recompute_seconds": recompute}
 
 
+def report(cost: dict[str, Any]) -> str:
+    read, recompute = cost["cross_keys_read_seconds"] * 1e3, cost["cross_keys_recompute_seconds"] * 1e3
+    return (f"{cost['model']} ({cost['optimizations']}, host backend), {cost['audio_seconds']:.1f} s of audio, "
+            f"{cost['words']} words\n"
+            f"  segments only        {cost['segments_seconds']:.2f} s\n"
+            f"  with word timestamps {cost['words_seconds']:.2f} s  (x{cost['ratio']:.3f})\n"
+            f"  alignment passes     {cost['alignment_pass_seconds']:.3f} s per transcription "
+            f"({cost['alignment_pass_share']:.1%} of the transcription alone)\n"
+            f"  cross keys of the alignment layers: read from the cross blocks {read:.1f} ms, recomputed with k_proj "
+            f"{recompute:.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="whisper-tiny.en")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    cost = word_timestamp_cost(args.model, runs=args.runs)
-    print(f"{cost['model']} ({cost['optimizations']}, host backend), {cost['audio_seconds']:.1f} s of audio, "
-          f"{cost['words']} words")
-    print(f"  segments only        {cost['segments_seconds']:.2f} s")
-    print(f"  with word timestamps {cost['words_seconds']:.2f} s  (x{cost['ratio']:.3f})")
-    print(f"  alignment passes     {cost['alignment_pass_seconds']:.3f} s per transcription "
-          f"({cost['alignment_pass_share']:.1%} of the transcription alone)")
-    read, recompute = cost["cross_keys_read_seconds"] * 1e3, cost["cross_keys_recompute_seconds"] * 1e3
-    print(f"  cross keys of the alignment layers: read from the cross blocks {read:.1f} ms, recomputed with k_proj "
-          f"{recompute:.1f} ms")
+    print(report(word_timestamp_cost(args.model, runs=args.runs)))
 
 
 if __name__ == "__main__":

@@ -6,17 +6,21 @@ float32 ``WhisperForConditionalGeneration`` with the very weights and generation
 the engine loads. The pipeline decodes with beam search (5 beams) by default; the engine decodes greedily, so the
 reference does too (``num_beams=1``). Audio longer than 30 s goes to HF's long-form ``generate`` (sequential seek
 on timestamp tokens, each window's token times offset by its seek), as the pipeline does without
-``chunk_length_s``.
+``chunk_length_s``. ``hf_window_words`` runs it on each of tt-models' windows instead: the same stretches of audio
+decoded, so the same text, and the times tt-models' should have across window boundaries.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from transformers import pipeline
+from transformers import Pipeline, pipeline
 
+from tt_models.speech import Window
 from tt_models.testing.hf_whisper import hf_model
 
 SAMPLE_RATE = 16000
@@ -29,13 +33,20 @@ class TimedWord:
     end: float
 
 
+@functools.cache
+def hf_pipeline(model_name: str) -> Pipeline:
+    """The ASR pipeline over HF's float32 model of ``model_name``, built once per model (its ``model`` is the
+    reference of the cross-attention tests too)."""
+    model, checkpoint = hf_model(model_name)
+    return pipeline("automatic-speech-recognition", model=model, tokenizer=checkpoint.tokenizer,
+                    feature_extractor=checkpoint.processor.feature_extractor)
+
+
 def hf_pipeline_words(model_name: str, waveforms: list[np.ndarray],
                       languages: list[str | None] | None = None) -> list[list[TimedWord]]:
     """HF's pipeline word timestamps of each waveform (16 kHz), greedy, in ``languages`` (None: English-only
     checkpoints' default)."""
-    model, checkpoint = hf_model(model_name)
-    asr = pipeline("automatic-speech-recognition", model=model, tokenizer=checkpoint.tokenizer,
-                   feature_extractor=checkpoint.processor.feature_extractor)
+    asr = hf_pipeline(model_name)
     results = []
     for waveform, language in zip(waveforms, languages or [None] * len(waveforms)):
         kwargs = {"num_beams": 1, **({"language": language} if language else {})}
@@ -76,3 +87,13 @@ def compare(ours: list[TimedWord], hf: list[TimedWord]) -> Comparison:
             unmatched.append(([w.text for w in ours[a0:a1]], [w.text for w in hf[b0:b1]]))
     deviations = np.array([max(abs(a.start - b.start), abs(a.end - b.end)) for a, b in pairs])
     return Comparison(deviations, unmatched, pairs)
+
+
+def hf_window_words(model_name: str, waveform: np.ndarray, windows: Sequence[Window]) -> list[TimedWord]:
+    """HF's pipeline words of each of ``windows`` of the waveform (the stretches tt-models decoded, each one
+    request), their times offset by the window's start: what tt-models' words of the whole waveform should be."""
+    words: list[TimedWord] = []
+    for window, found in zip(windows, hf_pipeline_words(model_name, [waveform[w.start:w.end] for w in windows])):
+        offset = window.start / SAMPLE_RATE
+        words += [TimedWord(w.text, round(w.start + offset, 2), round(w.end + offset, 2)) for w in found]
+    return words

@@ -13,7 +13,8 @@ A :class:`LongFormTranscription` does no I/O: :meth:`~LongFormTranscription.step
 ``run_transcriptions`` drives many of them over an ``LLMEngine`` (``LLM.transcribe``); the server drives them over
 its async engine. Steps, for a multilingual checkpoint: a language-detection request (``language.py``) for the
 first window when no language is given, for every window when segments are asked for (the same request scores
-``<|nospeech|>`` after ``<|startoftranscript|>``, openai-whisper's ``no_speech_prob``); then the windows.
+``<|nospeech|>`` after ``<|startoftranscript|>``, openai-whisper's ``no_speech_prob``); then the windows (and, for
+a window preempted as it finished, the one-token request that gives its words' weights, ``word_timestamps.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from tt_models.speech.language import LanguageDetector, no_speech_token_id
 from tt_models.speech.timestamps import TimedText, WindowSegments, parse_segments
 from tt_models.speech.vad import SpeechActivity
 from tt_models.speech.windows import Window, split_windows
-from tt_models.speech.word_timestamps import Word, alignment_heads, output_words
+from tt_models.speech.word_timestamps import Word, alignment_heads, output_words, realignment_request
 
 SAMPLE_RATE = 16000
 HOP_LENGTH = 160  # samples per mel frame: a segment's ``seek`` counts them, as openai-whisper's does
@@ -57,6 +58,7 @@ class _Slot:
     done: bool = False
     attempt: int = 0  # the index of the temperature it is decoded at
     judged: tuple[RequestOutput, _Verdict] | None = None  # its last final output and verdict (a stream asks first)
+    unaligned: tuple[RequestOutput, bool] | None = None  # a final output without alignment weights, and closed_only
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ class LongFormTranscription:
                                         [self._params(slot) for slot in batch], True)
             pending = [tail for slot, output in zip(batch, outputs) for tail in self._finish(slot, output)] + \
                 pending[len(batch):]
+            yield from self._realign([slot for slot in batch if slot.unaligned is not None])
         self._current = []
         segments = [segment for slot in self.slots for segment in slot.segments]
         words = [word for slot in self.slots for word in slot.words] if options.word_timestamps else None
@@ -347,17 +350,36 @@ class LongFormTranscription:
                                  self.temperatures[slot.attempt], verdict.avg_logprob, verdict.compression_ratio,
                                  verdict.no_speech_prob) for p in verdict.pieces]
         if self.alignment_heads and verdict.pieces:
-            window = slot.window
-            slot.words = output_words(output, self.processor.tokenizer,
-                                      median_filter_width=self.processor.hf_config.median_filter_width,
-                                      timestamp_begin=self.timestamp_begin, offset=window.start / SAMPLE_RATE,
-                                      samples=window.end - window.start, language=self.language,
-                                      closed_only=verdict.rest is not None)
+            if output.outputs[0].alignment_weights is None:  # preempted as it finished: see _realign
+                slot.unaligned = output, verdict.rest is not None
+            else:
+                slot.words = self._words(slot, output, verdict.rest is not None)
         if verdict.rest is None:
             return []
         rest = _Slot(verdict.rest, slot.no_speech_prob)
         self.slots.insert(self.slots.index(slot) + 1, rest)
         return [rest]
+
+    def _words(self, slot: _Slot, output: RequestOutput, closed_only: bool, weights: Any = None) -> list[Word]:
+        window = slot.window
+        return output_words(output, self.processor.tokenizer,
+                            median_filter_width=self.processor.hf_config.median_filter_width,
+                            timestamp_begin=self.timestamp_begin, offset=window.start / SAMPLE_RATE,
+                            samples=window.end - window.start, language=self.language, closed_only=closed_only,
+                            weights=weights)
+
+    def _realign(self, slots: list[_Slot]) -> Generator[EngineBatch, list[RequestOutput], None]:
+        """The words of windows whose final output came without alignment weights (preempted between their last
+        token and the engine's commit): their weights from one-token requests over the same audio and tokens
+        (``realignment_request``), one batch."""
+        if not slots:
+            return
+        requests = [realignment_request(slot.unaligned[0], self._audio(slot.window), self.alignment_heads)
+                    for slot in slots]
+        outputs = yield EngineBatch([prompt for prompt, _ in requests], [params for _, params in requests])
+        for slot, realigned in zip(slots, outputs):
+            slot.words = self._words(slot, *slot.unaligned, weights=realigned.outputs[0].alignment_weights)
+            slot.unaligned = None
 
     def _times(self, piece: TimedText) -> tuple[float, float]:
         """A segment's start and end (ms precision): moved in to its speech with ``vad``."""

@@ -5,13 +5,16 @@ A window's request asks the engine for the attention probabilities of the alignm
 (``SamplingParams(extra_args={"alignment_heads": ...})``): when the request finishes, before its cross blocks are
 freed, the engine runs one teacher-forced decoder pass over its tokens (prompt and output, but the last) and returns
 them ``[heads, tokens, encoder positions]`` (``CompletionOutput.alignment_weights``; on a card, those probabilities
-are what moves to the host). On the host, HF's ``WhisperForConditionalGeneration._extract_token_timestamps`` steps:
-the weights cut to the audio's frames, the prompt's rows dropped, each normalized over the tokens, the median filter
-of ``median_filter_width`` over the frames, the mean over heads, dynamic time warping, and each token's time where
-its row first advances (transformers' own ``_median_filter`` and ``_dynamic_time_warping``). Then the tokenizer's
-``_decode_asr`` word handling: a text token spans from the previous token's time to its own, the text between two
-timestamp tokens is split into words with their punctuation merged (transformers' ``_collate_word_timestamps``), and
-a word spans its first token's start to its last token's end.
+are what moves to the host). A request preempted between its last sampled token and that pass (async decode) has
+lost its cross blocks and finishes without them: the speech layer asks for them again with a one-token request over
+the same audio and tokens (:func:`realignment_request`). On the host, HF's
+``WhisperForConditionalGeneration._extract_token_timestamps`` steps: the weights cut to the audio's frames, the
+prompt's rows dropped, each normalized over the tokens, the median filter of ``median_filter_width`` over the
+frames, the mean over heads, dynamic time warping, and each token's time where its row first advances (transformers'
+own ``_median_filter`` and ``_dynamic_time_warping``). Then the tokenizer's ``_decode_asr`` word handling: a text
+token spans from the previous token's time to its own, the text between two timestamp tokens is split into words
+with their punctuation merged (transformers' ``_collate_word_timestamps``), and a word spans its first token's start
+to its last token's end.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import torch
 from transformers.models.whisper.generation_whisper import _dynamic_time_warping, _median_filter
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, _collate_word_timestamps
 
+from tt_models.engine.prompts import TokensPrompt
+from tt_models.engine.sampling import SamplingParams
 from tt_models.speech.timestamps import TIME_PRECISION
 
 HOP_LENGTH = 160  # samples per mel frame; the encoder's positions are every second frame
@@ -101,13 +106,26 @@ def window_words(tokenizer: Any, token_ids: Sequence[int], times: np.ndarray, *,
 
 
 def output_words(output: Any, tokenizer: Any, *, median_filter_width: int, timestamp_begin: int, offset: float,
-                 samples: int, language: str, closed_only: bool) -> list[Word]:
+                 samples: int, language: str, closed_only: bool, weights: torch.Tensor | None = None) -> list[Word]:
     """The words of a window's finished engine output (its request asked for the alignment heads' weights): see
-    :func:`token_times` and :func:`window_words`. Raises RuntimeError if the output has no weights (its request was
-    preempted in the step it finished in, after which its cross K/V is gone)."""
+    :func:`token_times` and :func:`window_words`. ``weights``: those of :func:`realignment_request`'s output, for an
+    output that has none. Raises RuntimeError if there are no weights."""
     seq = output.outputs[0]
-    if seq.alignment_weights is None:
+    weights = seq.alignment_weights if weights is None else weights
+    if weights is None:
         raise RuntimeError(f"request {output.request_id!r} finished without its alignment heads' weights")
-    times = token_times(seq.alignment_weights, len(output.prompt_token_ids), samples, median_filter_width)
+    times = token_times(weights, len(output.prompt_token_ids), samples, median_filter_width)
     return window_words(tokenizer, seq.token_ids, times, timestamp_begin=timestamp_begin, offset=offset,
                         language=language, closed_only=closed_only)
+
+
+def realignment_request(output: Any, audio: tuple[np.ndarray, int],
+                        heads: list[list[int]]) -> tuple[TokensPrompt, SamplingParams]:
+    """The request that gives a finished window's alignment weights when its output came without them: its request
+    was preempted between its last sampled token and the engine's commit (async decode), when its cross blocks were
+    already gone. Its decoder prompt is the window's prompt and output tokens but the last, over the window's
+    ``audio`` again, for one token: the engine's pass at its end covers exactly the rows the window's own would have
+    (and a one-token request finishes in the step of its prefill, committed in that step: it keeps its weights)."""
+    tokens = [*output.prompt_token_ids, *output.outputs[0].token_ids[:-1]]
+    return ({"prompt_token_ids": tokens, "multi_modal_data": {"audio": audio}},
+            SamplingParams(temperature=0.0, max_tokens=1, extra_args={"alignment_heads": heads}))
