@@ -114,6 +114,9 @@ class EngineConfig:
     device by a model that feeds its tokens back (``supports_async_decode``), before reading them too.
     ``sample_on_device``: decode steps whose sequences are all plain greedy sample on the device (the model's
     ``supports_sample_on_device``): the device hands back 32 tokens instead of ``[32, V]`` logits.
+    ``free_out_of_window_blocks``: a model with sliding-window layers keeps a block table per KV-cache group, its
+    sliding layers' holding only their window (as vLLM's hybrid KV cache manager; ``docs/engine.md``); off, every
+    layer keeps every block of its request.
     """
 
     max_num_seqs: int = 32
@@ -128,6 +131,7 @@ class EngineConfig:
     data_parallel_size: int = 1
     async_decode: bool = False
     sample_on_device: bool = False
+    free_out_of_window_blocks: bool = True
 
     def resolve(self, hf_config: PretrainedConfig, max_encoder_len: int) -> EngineConfig:
         """Fill in the defaults and check the values against the model; raises ValueError naming the problem."""
@@ -163,7 +167,8 @@ class EngineConfig:
             num_host_kv_blocks=num_kv_blocks if self.num_host_kv_blocks is None else self.num_host_kv_blocks,
             max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
             preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas,
-            async_decode=self.async_decode, sample_on_device=self.sample_on_device)
+            async_decode=self.async_decode, sample_on_device=self.sample_on_device,
+            free_out_of_window_blocks=self.free_out_of_window_blocks)
 
     def blocks_per_request(self, max_model_len: int, max_encoder_len: int) -> int:
         """Blocks of one request at full length: its self blocks and its cross blocks."""

@@ -18,20 +18,40 @@ about to write into a shared, partly filled last block first gets a block of its
 the copy to make). A block shared by several tables therefore counts once in the seed's sums, and
 ``free(seq)`` frees only the blocks no other sequence still holds.
 
+KV-cache groups (a model with sliding-window layers, ``windows``: one per group, None for full attention; see
+``tt_models.tt.kv_cache.KVCacheGroups``) give each sequence one self table per group, all from the one pool, as vLLM's
+hybrid KV cache manager does: a group's layers read and write its table, the ``j``-th layer of every group sharing one
+K/V tensor. Every group's table covers the same positions, so appends, forks and frees move all of them together; a
+sliding group's table drops (:meth:`KVBlockManager.drop_out_of_window`) the blocks wholly before the window of every
+position still to be computed, each dropped entry becoming ``NULL_BLOCK`` (block 0, which the pool then never hands
+out, as vLLM's null block: a model reading through it reads nothing its masks keep).
+
 The manager only plans: the caller moves the KV (copy-on-write copies, swap mappings) through the model.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+NULL_BLOCK = 0  # what a sliding group's table holds for a dropped block (the model's page table)
+_DROPPED = -1  # a dropped entry in the manager's tables (block ids of either pool are >= 0)
+
+
+def most_blocks_held(windows: Sequence[int | None], block_size: int, num_tokens: int) -> int:
+    """The most blocks a sequence growing to ``num_tokens`` holds in the KV-cache groups of ``windows`` once its prompt
+    is computed: every block in a full-attention group; in a sliding group those from the block boundary before its
+    next position less the window, plus the block it appends before the step drops the oldest."""
+    blocks = -(-num_tokens // block_size)
+    return sum(blocks if window is None else min(blocks, -(-(window - 1) // block_size) + 2) for window in windows)
 
 
 class _Pool:
     """Block ids ``0..size-1`` with reference counts; a block is free at count 0."""
 
-    def __init__(self, size: int) -> None:
-        self.free: deque[int] = deque(range(size))
+    def __init__(self, size: int, first: int = 0) -> None:
+        self.free: deque[int] = deque(range(first, size))
         self.refs = [0] * size
 
     def take(self, refs: int = 1) -> int:
@@ -49,7 +69,17 @@ class _Pool:
 class _Seq:
     request_id: str
     num_tokens: int
-    table: list[int]
+    tables: list[list[int]]  # one per KV-cache group
+    dropped: list[int] = field(default_factory=list)  # each group's leading dropped entries
+    num_dropped: int = 0
+
+    @property
+    def table(self) -> list[int]:
+        return self.tables[0]
+
+    def copy(self) -> "_Seq":
+        return _Seq(self.request_id, self.num_tokens, [list(t) for t in self.tables], list(self.dropped),
+                    self.num_dropped)
 
 
 @dataclass(slots=True)
@@ -68,19 +98,25 @@ class KVBlockManager:
     ValueError. Every call costs O(blocks it touches).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, num_host_blocks: int = 0) -> None:
-        if num_blocks < 1 or block_size < 1 or num_host_blocks < 0:
+    def __init__(self, num_blocks: int, block_size: int, num_host_blocks: int = 0,
+                 windows: Sequence[int | None] = (None,)) -> None:
+        """``windows``: each KV-cache group's attention window (None: full attention); with a window the pool keeps
+        block ``NULL_BLOCK`` out of every table."""
+        if num_blocks < 1 or block_size < 1 or num_host_blocks < 0 or not windows:
             raise ValueError(f"KVBlockManager(num_blocks={num_blocks}, block_size={block_size}, "
-                             f"num_host_blocks={num_host_blocks}): need num_blocks, block_size >= 1, "
-                             "num_host_blocks >= 0")
+                             f"num_host_blocks={num_host_blocks}, windows={windows}): need num_blocks, block_size >= 1, "
+                             "num_host_blocks >= 0 and a group")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.num_host_blocks = num_host_blocks
+        self.windows = tuple(windows)
+        self.num_groups = len(self.windows)
+        self.windowed = any(w is not None for w in self.windows)
         self.reset()
 
     def reset(self) -> None:
         """Forget every table: all device and host blocks are free again."""
-        self._device = _Pool(self.num_blocks)
+        self._device = _Pool(self.num_blocks, first=1 if self.windowed else 0)
         self._host = _Pool(self.num_host_blocks)
         self._requests: dict[str, _Request] = {}
         self._seqs: dict[int, _Seq] = {}
@@ -97,11 +133,21 @@ class KVBlockManager:
         """The sequence's self-attention blocks (host block ids while its request is swapped out)."""
         return list(self._seq(seq_id).table)
 
-    def table_tail(self, seq_id: int) -> tuple[int, int]:
-        """The length and last block of the sequence's self table, without copying it (O(1))."""
+    def group_tables(self, seq_id: int) -> list[list[int]]:
+        """The sequence's self table in each KV-cache group, a dropped block as ``NULL_BLOCK``."""
+        return [[NULL_BLOCK if b == _DROPPED else b for b in table] for table in self._seq(seq_id).tables]
+
+    def blocks_held(self, seq_id: int) -> list[int]:
+        """The blocks the sequence's table holds in each KV-cache group (its dropped ones left out)."""
+        seq = self._seq(seq_id)
+        return [len(table) - dropped for table, dropped in zip(seq.tables, seq.dropped)]
+
+    def table_tail(self, seq_id: int) -> tuple[int, int, int]:
+        """The length and last block of the sequence's self table and how many blocks its groups dropped, without
+        copying them (O(1)): what changes when any of its tables does."""
         seq = self._seqs.get(seq_id) or self._seq(seq_id)  # (the lookup inline: every decoding sequence, every step)
-        table = seq.table
-        return len(table), table[-1] if table else -1
+        table = seq.tables[0]
+        return len(table), table[-1] if table else -1, seq.num_dropped
 
     def cross_table(self, request_id: str) -> list[int]:
         """The request's cross-attention blocks; empty for a decoder-only request or after ``free_cross``."""
@@ -140,14 +186,15 @@ class KVBlockManager:
         need = self._allocate_cost(prompt_len, None if reserved else encoder_len)
         if need > self.num_free_blocks:
             raise RuntimeError(f"allocate {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
-        table = [self._device.take(refs=len(seq_ids)) for _ in range(self.num_blocks_for(prompt_len))]
+        blocks = self.num_blocks_for(prompt_len)
+        tables = [[self._device.take(refs=len(seq_ids)) for _ in range(blocks)] for _ in self.windows]
         if reserved is not None:  # the cross blocks reserved for it (its encoder ran elsewhere)
             reserved.seq_ids = set(seq_ids)
         else:
             cross = [self._device.take() for _ in range(self.num_blocks_for(encoder_len))] if encoder_len else None
             self._requests[request_id] = _Request(set(seq_ids), cross)
         for seq_id in seq_ids:
-            self._seqs[seq_id] = _Seq(request_id, prompt_len, list(table))
+            self._seqs[seq_id] = _Seq(request_id, prompt_len, [list(t) for t in tables], [0] * self.num_groups)
 
     def reserve_cross(self, request_id: str, encoder_len: int) -> list[int]:
         """Cross blocks for a request not allocated yet, whose encoder states arrive first (encoder
@@ -206,24 +253,51 @@ class KVBlockManager:
         return copies
 
     def _append(self, seq: _Seq, num_tokens: int, copy_last: bool) -> tuple[int, int] | None:
+        """(The copy returned is group 0's: every group's last block is shared alike.)"""
         copy = None
-        if copy_last:
-            copy = seq.table[-1], self._device.take()
-            self._device.release(copy[0])
-            seq.table[-1] = copy[1]
         seq.num_tokens += num_tokens
-        while len(seq.table) * self.block_size < seq.num_tokens:
-            seq.table.append(self._device.take())
+        for group, table in enumerate(seq.tables):
+            if copy_last:
+                pair = table[-1], self._device.take()
+                self._device.release(pair[0])
+                table[-1] = pair[1]
+                copy = copy or pair
+            while len(table) * self.block_size < seq.num_tokens:
+                table.append(self._device.take())
         return copy
+
+    def drop_out_of_window(self, seq_id: int, first_pos: int) -> int:
+        """Give back each sliding group's blocks that no position from ``first_pos`` (the first not computed yet) on
+        reads: those wholly before ``start - window + 1``, ``start`` the block boundary ``first_pos`` falls in (a
+        prefill restarts there: its recomputed positions read back a window from it); returns how many were freed.
+        vLLM's ``SlidingWindowManager`` frees from ``first_pos - window + 1``."""
+        seq = self._resident_seq(seq_id)
+        size, freed = self.block_size, 0
+        start = first_pos // size * size
+        for group, window in enumerate(self.windows):
+            if window is None:
+                continue
+            table = seq.tables[group]
+            keep_from = min(max(0, start - window + 1) // size, len(table) - 1)
+            for i in range(seq.dropped[group], keep_from):
+                self._device.release(table[i])
+                table[i] = _DROPPED
+                freed += 1
+            if keep_from > seq.dropped[group]:
+                seq.num_dropped += keep_from - seq.dropped[group]
+                seq.dropped[group] = keep_from
+        return freed
 
     def fork(self, parent_seq: int, child_seq: int) -> None:
         """The child (a new sequence of the parent's request) shares every block of the parent."""
         parent = self._resident_seq(parent_seq)
         if child_seq in self._seqs:
             raise ValueError(f"fork {parent_seq} -> {child_seq}: sequence {child_seq} is already allocated")
-        for block in parent.table:
-            self._device.refs[block] += 1
-        self._seqs[child_seq] = _Seq(parent.request_id, parent.num_tokens, list(parent.table))
+        for table in parent.tables:
+            for block in table:
+                if block != _DROPPED:
+                    self._device.refs[block] += 1
+        self._seqs[child_seq] = parent.copy()
         self._requests[parent.request_id].seq_ids.add(child_seq)
 
     # Free.
@@ -233,8 +307,10 @@ class KVBlockManager:
         seq = self._seq(seq_id)
         request = self._requests[seq.request_id]
         pool = self._pool(request)
-        for block in seq.table:
-            pool.release(block)
+        for table in seq.tables:
+            for block in table:
+                if block != _DROPPED:
+                    pool.release(block)
         del self._seqs[seq_id]
         request.seq_ids.remove(seq_id)
         self._forget_if_empty(seq.request_id, request)
@@ -278,6 +354,8 @@ class KVBlockManager:
         mapping: dict[int, int] = {}
         for table in self._tables(request):
             for i, block in enumerate(table):
+                if block == _DROPPED:
+                    continue
                 if block not in mapping:
                     mapping[block] = dst.take(refs=src.refs[block])
                 src.release(block)
@@ -290,7 +368,7 @@ class KVBlockManager:
     def _allocate_cost(self, prompt_len: int, encoder_len: int | None) -> int:
         if prompt_len < 0 or (encoder_len or 0) < 0:
             raise ValueError(f"negative length: prompt_len={prompt_len}, encoder_len={encoder_len}")
-        return self.num_blocks_for(prompt_len) + self.num_blocks_for(encoder_len or 0)
+        return self.num_groups * self.num_blocks_for(prompt_len) + self.num_blocks_for(encoder_len or 0)
 
     def _append_cost(self, seq: _Seq, num_tokens: int) -> tuple[int, bool]:
         """Blocks needed for ``num_tokens`` more tokens, and whether the last block must be copied first
@@ -299,15 +377,15 @@ class KVBlockManager:
             raise ValueError(f"append: num_tokens must be >= 1, got {num_tokens}")
         size = self.block_size
         copy_last = seq.num_tokens % size != 0 and self._device.refs[seq.table[-1]] > 1
-        return -(-(seq.num_tokens + num_tokens) // size) - len(seq.table) + copy_last, copy_last
+        return (-(-(seq.num_tokens + num_tokens) // size) - len(seq.table) + copy_last) * self.num_groups, copy_last
 
     def _tables(self, request: _Request) -> list[list[int]]:
-        tables = [self._seqs[seq_id].table for seq_id in request.seq_ids]
+        tables = [table for seq_id in request.seq_ids for table in self._seqs[seq_id].tables]
         return tables + [request.cross] if request.cross is not None else tables
 
     def _blocks(self, request: _Request) -> set[int]:
         """The request's distinct blocks: the seed's "seq group blocks"."""
-        return {block for table in self._tables(request) for block in table}
+        return {block for table in self._tables(request) for block in table if block != _DROPPED}
 
     def _pool(self, request: _Request) -> _Pool:
         return self._host if request.on_host else self._device

@@ -61,7 +61,7 @@ class LLMEngine(RequestIntake[Request]):
         self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
                                   generator=generator, mesh_shape=mesh_shape)
         self.config = self.runner.config  # with the KV pool sized once the model's weights are on the device
-        self.scheduler = Scheduler(self.config)
+        self.scheduler = Scheduler(self.config, self.runner.kv_windows)
         capabilities = getattr(type(self.runner.model), "model_capabilities", {})
         if config.sample_on_device and not capabilities.get("supports_sample_on_device"):
             raise ValueError(f"sample_on_device: {type(self.runner.model).__name__} does not declare "
@@ -126,9 +126,10 @@ class LLMEngine(RequestIntake[Request]):
         if params.n > self.config.max_num_seqs:
             raise ValueError(f"n={params.n} sequences exceed max_num_seqs={self.config.max_num_seqs}")
         kv = self.scheduler.kvs[0]  # every replica's pool has the same size
-        worst = params.n * kv.num_blocks_for(len(inputs.prompt_token_ids) + request.max_new_tokens) \
+        # (every KV-cache group's table holds all of a prompt it admits, a recomputed one's outputs included)
+        worst = params.n * kv.num_groups * kv.num_blocks_for(len(inputs.prompt_token_ids) + request.max_new_tokens) \
             + kv.num_blocks_for(inputs.encoder_len)
-        if worst > self.config.num_kv_blocks:
+        if worst > kv.num_blocks - kv.windowed:
             raise ValueError(f"request {request_id!r} may need {worst} KV blocks (n={params.n}, up to "
                              f"{len(inputs.prompt_token_ids) + request.max_new_tokens} tokens each) but the pool "
                              f"has {self.config.num_kv_blocks}; lower n or max_tokens")

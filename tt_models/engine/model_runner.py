@@ -1,7 +1,10 @@
 """Runs scheduled steps on a generator class, only through the TT vLLM contract (plus swap).
 
 It builds the generator as TT vLLM's runner does (``initialize_vllm_model``'s arguments, weights already in
-memory via ``from_state_dict``), allocates the KV pool with ``allocate_kv_cache``, keeps the persistent
+memory via ``from_state_dict``), allocates the KV pool with ``allocate_kv_cache`` (a model with sliding-window
+layers, with ``free_out_of_window_blocks``: ``allocate_kv_cache_per_layer``, one K/V pair shared by the ``j``-th
+layer of every KV-cache group, as TT vLLM's hybrid allocation; each step then hands it ``page_tables_per_group``),
+keeps the persistent
 input batch in step with the scheduler's sequences, and turns each step into one ``prefill_forward`` or
 ``decode_forward`` call whose arguments :class:`InputBatch` builds the way TT vLLM builds them.
 """
@@ -9,6 +12,7 @@ input batch in step with the scheduler's sequences, and turns each step into one
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +31,7 @@ from tt_models.engine.config import (
     uses_cross_attention, uses_mrope,
 )
 from tt_models.engine.input_batch import InputBatch, page_table_width
+from tt_models.engine.kv_blocks import most_blocks_held
 from tt_models.engine.request import Sequence
 from tt_models.engine.scheduler import SchedulerOutput
 from tt_models.tt.memory import bytes_per_chip, dram_per_chip
@@ -95,10 +100,21 @@ class ModelRunner:
         self.model = generator
         devices = getattr(generator, "devices", None)  # a stand-in generator may have none: one chip
         shape = kv_shape(hf_config).per_chip(devices[0].get_num_devices() if devices else 1)
-        self.config = config = config.with_kv_pool(self._blocks_that_fit(shape), max_encoder_len(hf_config))
-        self.kv_cache = self.model.allocate_kv_cache(
-            (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
-            shape.num_layers)
+        groups = getattr(generator, "kv_cache_groups", None)
+        self.kv_groups = groups(hf_config) if groups is not None and config.free_out_of_window_blocks else None
+        # Each KV-cache group's window: the block managers' tables, one per group.
+        self.kv_windows = (None,) if self.kv_groups is None else self.kv_groups.windows
+        if self.kv_groups is None:
+            self.config = config = config.with_kv_pool(self._blocks_that_fit(shape), max_encoder_len(hf_config))
+            self.kv_cache = self.model.allocate_kv_cache(
+                (config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16,
+                shape.num_layers)
+        else:  # a block holds a layer of each group: the groups' layer count of tensors (vLLM's hybrid layout)
+            tensors = max(len(layers) for layers in self.kv_groups.layers)
+            self.config = config = self._grouped_kv_pool(self._blocks_that_fit(replace(shape, num_layers=tensors)))
+            self.kv_cache = self.model.allocate_kv_cache_per_layer(
+                [((config.num_kv_blocks, shape.num_kv_heads, config.block_size, shape.head_dim), torch.bfloat16, j)
+                 for j in self.kv_groups.shared_tensors])
         max_cross = -(-self.model.max_cross_attn_tokens // config.block_size) if self.uses_cross else 0
         self.batch = InputBatch(config.max_num_seqs, config.max_model_len, config.block_size,
                                 page_table_width(config.max_model_len, config.block_size, config.num_kv_blocks),
@@ -106,7 +122,9 @@ class ModelRunner:
         self.slots_per_replica = config.max_num_seqs // replicas
         self._host_kv: dict[tuple[int, int], torch.Tensor] = {}  # swapped-out blocks by (replica, host block id)
         self._row_order = np.arange(config.max_num_seqs, dtype=np.int32).tobytes()  # rows 0, 1, ... as bytes
-        self._table_tails: dict[str, tuple[int, int]] = {}  # each row's block table as last synced: (length, last)
+        self._table_tails: dict[str, tuple[int, int, int]] = {}  # each row's tables as last synced (table_tail)
+        # The KV-cache groups' tables past group 0's (which is the batch's own block table), row = slot.
+        self._group_tables = np.zeros((len(self.kv_windows) - 1, *self.batch.block_table.shape), dtype=np.int32)
         # Async decode sampled on the device: the rows, sequences and positions of the next decode step if the batch
         # stays as the last one left it; a step that matches runs with ``reset_batch=False`` (the generator feeds its
         # sampled tokens back on the device, as under TT vLLM's async decode). A row joining, leaving or moving, a
@@ -115,6 +133,21 @@ class ModelRunner:
         # TT vLLM's per-row sampling parameters for a step sampled greedily on the device.
         self._greedy = SimpleNamespace(temperature=[0.0] * config.max_num_seqs, top_k=[1] * config.max_num_seqs,
                                        top_p=[1.0] * config.max_num_seqs)
+
+    def _grouped_kv_pool(self, blocks_that_fit: int) -> EngineConfig:
+        """The resolved config with its default KV pool for KV-cache groups: every slot's request at full length as
+        the groups hold it once their out-of-window blocks are dropped (:func:`most_blocks_held`), but no more than
+        ``blocks_that_fit``, and at least one request's prompt of ``max_model_len`` in every group (what a
+        recomputation admits), plus the null block."""
+        config = self.config
+        if config.num_kv_blocks is not None:
+            return config
+        size, length = config.block_size, config.max_model_len
+        one_request = len(self.kv_windows) * -(-length // size)
+        held = most_blocks_held(self.kv_windows, size, length)
+        blocks = 1 + max(one_request, min(config.max_num_seqs // config.data_parallel_size * held, blocks_that_fit))
+        return replace(config, num_kv_blocks=blocks,
+                       num_host_kv_blocks=blocks if config.num_host_kv_blocks is None else config.num_host_kv_blocks)
 
     def _blocks_that_fit(self, shape: KVShape) -> int:
         """KV blocks one chip holds in the DRAM its replica's weights leave, less a tenth kept for activations, trace
@@ -165,11 +198,29 @@ class ModelRunner:
             slot = self.batch.free_row(range(first, first + self.slots_per_replica))
             self.batch.add_request(key, seq.token_ids, kv.self_table(seq.seq_id), slot=slot, cross_block_ids=cross,
                                    encoder_len=seq.request.encoder_len, num_computed_tokens=seq.num_computed)
-        elif tail != known:
+        elif self.kv_groups is None:
             table, size = kv.self_table(seq.seq_id), known[0]
             self.batch.replace_last_block(key, table[size - 1])
             self.batch.append_blocks(key, table[size:])
+        if self.kv_groups is not None:  # (dropped blocks change a table's head: each is written whole)
+            tables, row = kv.group_tables(seq.seq_id), self.batch.row_of[key]
+            self.batch.block_table[row, :len(tables[0])] = tables[0]
+            self.batch.num_blocks[row] = len(tables[0])
+            for group, table in enumerate(tables[1:]):
+                self._group_tables[group, row, :len(table)] = table
         self._table_tails[key] = tail
+
+    def _group_kwargs(self, page_table: torch.Tensor, rows: np.ndarray, padded: bool) -> dict[str, Any]:
+        """``page_tables_per_group`` of a step whose ``page_table`` (group 0's) the batch built, for ``rows`` (of every
+        slot when ``padded``: a decode step, rows not decoding zero); nothing without KV-cache groups."""
+        if self.kv_groups is None:
+            return {}
+        if padded:
+            tables = np.zeros_like(self._group_tables)
+            tables[:, rows] = self._group_tables[:, rows]
+        else:
+            tables = self._group_tables[:, rows]
+        return {"page_tables_per_group": [page_table, *map(torch.from_numpy, tables)]}
 
     # Steps.
 
@@ -184,6 +235,7 @@ class ModelRunner:
             encoder_inputs = [None if seq.request.encoder_cached else seq.request.inputs.encoder_input
                               for seq, _ in out.scheduled]
         kwargs = self.batch.prefill_kwargs(step, encoder_inputs)
+        kwargs.update(self._group_kwargs(kwargs["page_table"], step.rows, padded=False))
         if self.image_text:
             logits = self._prefill_image_text(kwargs, [seq.request for seq, _ in out.scheduled])
         elif self.prompt_images:
@@ -203,6 +255,7 @@ class ModelRunner:
         are read from the batch."""
         step = self._prepare(out, kvs, ahead)
         kwargs = self.batch.decode_kwargs(step)
+        kwargs.update(self._group_kwargs(kwargs["page_table"], step.rows, padded=True))
         if on_device:
             kwargs["sampling_params"] = self._greedy
             if self.config.async_decode:

@@ -57,10 +57,14 @@ class Scheduler:
     stays there: its blocks come from that pool only, it is preempted only for that replica's requests, and
     admission is FCFS within each replica."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, kv_windows: tuple[int | None, ...] = (None,)) -> None:
+        """``kv_windows``: each KV-cache group's window (None: full attention), one block table per group; a sliding
+        group's blocks out of the window of every position a scheduled sequence still computes are freed once it is
+        scheduled (:meth:`KVBlockManager.drop_out_of_window`)."""
         self.config = config
-        self.kvs = [KVBlockManager(config.num_kv_blocks, config.block_size, config.num_host_kv_blocks)
+        self.kvs = [KVBlockManager(config.num_kv_blocks, config.block_size, config.num_host_kv_blocks, kv_windows)
                     for _ in range(config.data_parallel_size)]
+        self.windowed = any(window is not None for window in kv_windows)
         self.slots_per_replica = config.max_num_seqs // config.data_parallel_size
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -106,6 +110,9 @@ class Scheduler:
             out.scheduled = self._decodes(out)
             if not out.preempted:  # as vLLM v0: swap in only when this step preempted nothing
                 out.scheduled += self._swap_in(out)
+        if self.windowed:
+            for seq, _ in out.scheduled:
+                self.kvs[seq.request.replica].drop_out_of_window(seq.seq_id, seq.num_computed)
         return out
 
     def _all_decode_ready(self) -> bool:
@@ -124,11 +131,11 @@ class Scheduler:
         if any(len(seq.output_token_ids) >= seq.request.max_new_tokens for seq in seqs):
             return False  # its token in flight is one too many: a step after it would run past its context
         if len(self.kvs) == 1:
-            return self.kvs[0].num_free_blocks >= len(seqs)
+            return self.kvs[0].num_free_blocks >= len(seqs) * self.kvs[0].num_groups
         on_replica = [0] * len(self.kvs)
         for seq in seqs:
             on_replica[seq.request.replica] += 1
-        return all(kv.num_free_blocks >= n for kv, n in zip(self.kvs, on_replica))
+        return all(kv.num_free_blocks >= n * kv.num_groups for kv, n in zip(self.kvs, on_replica))
 
     # Finishing.
 
@@ -171,7 +178,7 @@ class Scheduler:
             kv, seqs = self.kvs[request.replica], request.live_seqs
             blocks = kv.num_request_blocks(request.request_id)
             if (self._slots_used(request.replica) + len(seqs) > self.slots_per_replica
-                    or blocks + len(seqs) > kv.num_free_blocks):
+                    or blocks + len(seqs) * kv.num_groups > kv.num_free_blocks):
                 blocked.add(request.replica)
                 continue
             out.swap_in.setdefault(request.replica, {}).update(kv.swap_in(request.request_id))
@@ -252,7 +259,7 @@ class Scheduler:
             return False
         prompt_len = len(request.inputs.prompt_token_ids)
         cross = 0 if kv.has_cross(request.request_id) else kv.num_blocks_for(request.encoder_len)
-        need = cross + sum(kv.num_blocks_for(len(s.token_ids)) for s in seqs)
+        need = cross + kv.num_groups * sum(kv.num_blocks_for(len(s.token_ids)) for s in seqs)
         if need > kv.num_free_blocks:
             return False
         kv.allocate(request.request_id, [s.seq_id for s in seqs], prompt_len, request.encoder_len or None)

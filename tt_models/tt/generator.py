@@ -29,7 +29,7 @@ from tt_models.runtime import backend_of, ttnn, use
 from tt_models.tt.decode_feedback import FED, DecodeFeedback
 from tt_models.tt.decode_inputs import HostInputs, to_device
 from tt_models.tt.decode_trace import DecodeTraces
-from tt_models.tt.kv_cache import allocate_paged_kv_cache
+from tt_models.tt.kv_cache import KVCacheGroups, allocate_paged_kv_cache, group_page_tables, table_key
 from tt_models.tt.lm_head import gather_logits
 from tt_models.tt.sampling import ROWS, SamplingBatch, TTSampling
 from tt_models.tt.weights import as_tensor, logits_to_host, to_host
@@ -49,6 +49,9 @@ def as_torch(values: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
 
 class Generator(VllmModelInterface):
     model_capabilities: dict[str, Any] = {}
+    # TT vLLM's plugin adds sliding-window headroom to the block budget of a class that declares sliding-window KV specs
+    # (``get_kv_cache_spec``): those whose config has a window (worker.py's ``_HYBRID_KV_CACHE_GROUPS_ENABLED``).
+    _HYBRID_KV_CACHE_GROUPS_ENABLED = True
     # The longest prefill a warm-up with enable_trace captures (prefill_trace_lengths); None: the backend's default.
     max_prefill_trace_len: int | None = None
 
@@ -118,13 +121,70 @@ class Generator(VllmModelInterface):
         """KV tokens for every user at full length."""
         return max_model_len * max_num_seqs
 
+    @classmethod
+    def layer_windows(cls, hf_config: Any) -> list[int | None] | None:
+        """Each layer's attention window (None: every earlier key); None for a family whose layers all attend every
+        key. A family with sliding-window layers says which."""
+        return None
+
+    @classmethod
+    def kv_cache_groups(cls, hf_config: Any) -> KVCacheGroups | None:
+        """The KV-cache groups of a model with sliding-window layers (:class:`~tt_models.tt.kv_cache.KVCacheGroups`),
+        None when every layer attends every key (one page table serves them all)."""
+        windows = cls.layer_windows(hf_config)
+        groups = None if windows is None else KVCacheGroups.of(windows)
+        return groups if groups is not None and groups.is_hybrid else None
+
+    @classmethod
+    def get_kv_cache_spec(cls, vllm_config: Any) -> dict[str, Any] | None:
+        """TT vLLM's hybrid-KV hook: per layer (``model.layers.<i>.self_attn``) a ``SlidingWindowSpec`` for a
+        sliding-window layer, a ``FullAttentionSpec`` for the others, with the model's (unsplit) KV heads and head
+        size as the plugin's default spec has them; None (the plugin's one full-attention spec) without a window.
+        vLLM's hybrid manager then groups the layers as :class:`KVCacheGroups` does and frees the blocks that fall
+        out of the sliding layers' windows."""
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+        model_config, cache_config = vllm_config.model_config, vllm_config.cache_config
+        windows = cls.layer_windows(model_config.hf_config)
+        if cls.kv_cache_groups(model_config.hf_config) is None:
+            return None
+        common = dict(block_size=cache_config.block_size,
+                      num_kv_heads=model_config.get_num_kv_heads(vllm_config.parallel_config),
+                      head_size=model_config.get_head_size(), dtype=model_config.dtype)
+        return {f"model.layers.{i}.self_attn": FullAttentionSpec(**common) if window is None
+                else SlidingWindowSpec(**common, sliding_window=window) for i, window in enumerate(windows)}
+
+    def allocate_kv_cache_per_layer(self, per_layer_specs: Sequence[tuple[Sequence[int], Any, int]],
+                                    **kwargs: Any) -> list[list[list[Any]]]:
+        """TT vLLM's hybrid allocation: ``per_layer_specs[i] = (shape, dtype, tensor_idx)``, the layers naming one
+        ``tensor_idx`` sharing its K/V pair (one layer of each KV-cache group: their block ids never collide);
+        ``[replica][layer] -> [K, V]`` as :meth:`allocate_kv_cache`."""
+        shapes = {tuple(shape) for shape, _, _ in per_layer_specs}
+        if len(shapes) != 1:
+            raise ValueError(f"per-layer KV cache shapes {sorted(shapes)}: the model's layers share one geometry")
+        shared = [index for _, _, index in per_layer_specs]
+        return self.allocate_kv_cache(shapes.pop(), per_layer_specs[0][1], len(per_layer_specs), shared=shared)
+
+    def group_page_tables(self, page_tables_per_group: Any = None,
+                          page_tables_per_layer: Any = None) -> list[torch.Tensor] | None:
+        """The step's page table of each KV-cache group (:func:`~tt_models.tt.kv_cache.group_page_tables`), or None:
+        one ``page_table`` for every layer."""
+        return group_page_tables(self.replica_kv_groups, page_tables_per_group, page_tables_per_layer)
+
+    @property
+    def replica_kv_groups(self) -> KVCacheGroups | None:
+        """The KV-cache groups of the replicas' layers (their decoder's ``kv_groups``), None without."""
+        model = self.models[0]
+        return getattr(getattr(model, "text", model), "kv_groups", None)
+
     def allocate_kv_cache(self, kv_cache_shape: Sequence[int], dtype: Any = None, num_layers: int | None = None,
-                          **kwargs: Any) -> list[list[list[Any]]]:
+                          shared: Sequence[int] | None = None, **kwargs: Any) -> list[list[list[Any]]]:
         """``[replica][layer] -> [K, V]`` in the optimizations profile's dtype (``dtype`` is vLLM's torch
         dtype, ignored as tt-metal does), each ``kv_cache_shape = [num_blocks, n_kv_heads, block_size, head_dim]``
         on every chip of the replica: the per-chip shape TT vLLM passes, ``kv_heads // min(chips per submesh,
         kv_heads)`` heads, each chip filling the buffer with its own heads (tt_transformers'
-        ``allocate_vllm_kv_cache``). A shape whose heads or head_dim are not a chip's is refused."""
+        ``allocate_vllm_kv_cache``). A shape whose heads or head_dim are not a chip's is refused. ``shared``: each
+        layer's tensor pair, layers naming the same one sharing it (:meth:`allocate_kv_cache_per_layer`)."""
         caches = []
         for model, device in zip(self.models, self.devices):
             n_kv_heads, head_dim = model.kv_geometry
@@ -134,7 +194,8 @@ class Generator(VllmModelInterface):
                                  f"{head_dim}, so the shape must be (blocks, {n_kv_heads}, block_size, {head_dim})")
             with use(device):
                 layers = num_layers or model.n_layers
-                caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device))
+                caches.append(allocate_paged_kv_cache(kv_cache_shape, layers, model.precision.kv_cache, device,
+                                                      shared))
         return caches
 
     # Swap: tt-models' extension of the contract, for an engine that preempts by swapping KV to host memory.
@@ -226,10 +287,14 @@ class Generator(VllmModelInterface):
         """Compile the decode path through ``decode_forward`` with every row a padding row (``start_pos = -1``: no
         cache reads or writes); with ``enable_trace`` capture its trace, and with ``can_sample_on_device`` those of
         the greedy and the top-k/top-p sampling modes too, before any request runs (as tt_transformers does:
-        capturing while serving can corrupt live traces)."""
+        capturing while serving can corrupt live traces). A model with several KV-cache groups is warmed up with a
+        table per group, as TT vLLM's hybrid manager then sends them."""
         if kv_cache is None:
             return
         rows = self.max_batch_size
+        groups, group_tables = self.replica_kv_groups, None
+        if groups is not None and len(groups.layers) > 1:
+            group_tables = [torch.zeros(rows, num_blocks or 1, dtype=torch.int32)] * len(groups.layers)
         modes: list[Any] = [None]
         if can_sample_on_device:
             greedy = SimpleNamespace(temperature=[0.0] * rows, top_k=[1] * rows, top_p=[0.0] * rows)
@@ -238,6 +303,7 @@ class Generator(VllmModelInterface):
             self.decode_forward(tokens=torch.zeros(rows, 1, dtype=torch.int32), start_pos=torch.full((rows,), -1),
                                 page_table=torch.zeros(rows, num_blocks or 1, dtype=torch.int32), kv_cache=kv_cache,
                                 enable_trace=enable_trace, sampling_params=sampling_params,
+                                page_tables_per_group=group_tables,
                                 **self.padding_decode_inputs(rows, num_blocks or 1))
 
     def padding_decode_inputs(self, rows: int, table_width: int) -> dict[str, torch.Tensor]:
@@ -266,37 +332,48 @@ class Generator(VllmModelInterface):
 
     def decode_forward(self, *, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
                        read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
-                       output_tokens: Any = None, reset_batch: bool | None = None, **kwargs: Any) -> Any:
+                       output_tokens: Any = None, reset_batch: bool | None = None, page_tables_per_group: Any = None,
+                       page_tables_per_layer: Any = None, **kwargs: Any) -> Any:
         """One token per row of a batch padded to ``max_batch_size``; logits ``[B, 1, V]``, or tokens ``[B]``
         with ``sampling_params`` (device tensors when ``read_from_device`` is False: pass them to
         :meth:`process_decode_output_host`). This default is for a replica model with ``decode_inputs(tokens,
-        positions, page_table)`` and ``decode_device(inputs, kv_cache)`` (the Llama family, text-only Gemma 3)."""
+        positions, page_table)`` and ``decode_device(inputs, kv_cache)`` (the Llama family, text-only Gemma 3).
+        ``page_tables_per_group`` / ``page_tables_per_layer``: each KV-cache group's table (:meth:`group_page_tables`),
+        each layer reading and writing its group's."""
         return self.decode_step(lambda model, rows, *host: model.decode_inputs(*host),
                                 lambda model, device_inputs, cache: model.decode_device(device_inputs, cache),
                                 tokens=tokens, start_pos=start_pos, page_table=page_table, kv_cache=kv_cache,
                                 enable_trace=enable_trace, read_from_device=read_from_device,
                                 sampling_params=sampling_params, prompt_tokens=prompt_tokens,
-                                output_tokens=output_tokens, reset_batch=reset_batch)
+                                output_tokens=output_tokens, reset_batch=reset_batch,
+                                group_tables=self.group_page_tables(page_tables_per_group, page_tables_per_layer))
 
     def decode_step(self, build: DecodeBuilder, device_forward: Callable[[Any, dict[str, Any], Any], Any], *,
                     tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any, enable_trace: bool = False,
                     read_from_device: bool = True, sampling_params: Any = None, prompt_tokens: Any = None,
                     output_tokens: Any = None, reset_batch: bool | None = None,
-                    batch_inputs: Sequence[torch.Tensor] = ()) -> Any:
+                    batch_inputs: Sequence[torch.Tensor] = (), group_tables: list[torch.Tensor] | None = None) -> Any:
         """A family's ``decode_forward``: the runner's arguments as torch, the step's positions
         (:meth:`decode_positions`), each replica's host inputs ``build(model, rows, tokens, positions, page_table)``
         (the replica's rows of each; ``rows`` the replica's batch slots, for the family's own per-row inputs, which
         ``batch_inputs`` lists to be checked padded like the rest) and its ``device_forward(model, device_inputs,
-        kv_cache)``, run by :meth:`run_decode`."""
+        kv_cache)``, run by :meth:`run_decode`. ``group_tables``: each KV-cache group's page table, group 0's in place
+        of ``page_table`` and the others' as ``page_table_<g>`` (:func:`~tt_models.tt.kv_cache.table_key`)."""
         tokens = as_torch(tokens).reshape(-1)
         positions = self.decode_positions(start_pos, sampling_params, reset_batch)
         page_table = as_torch(page_table, torch.int32)
-        self.check_decode_batch(tokens, positions, page_table, *batch_inputs)
+        if group_tables is not None:
+            page_table = group_tables[0]
+        self.check_decode_batch(tokens, positions, page_table, *batch_inputs, *(group_tables or ()))
         inputs = []
         for replica, model in enumerate(self.models):
             rows = self.replica_rows(replica)
             with use(self.devices[replica]):  # host tensors of that device's ttnn, whatever was opened last
-                inputs.append(build(model, rows, tokens[rows], positions[rows], page_table[rows]))
+                host = build(model, rows, tokens[rows], positions[rows], page_table[rows])
+                for group, table in list(enumerate(group_tables or ()))[1:]:  # built as the model builds group 0's
+                    host[table_key(group)] = build(model, rows, tokens[rows], positions[rows],
+                                                   table[rows])["page_table"]
+                inputs.append(host)
 
         def forward(replica: int, device_inputs: dict[str, Any]) -> Any:
             return device_forward(self.models[replica], device_inputs, kv_cache[replica])

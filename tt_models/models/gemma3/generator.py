@@ -11,7 +11,10 @@ its text decoder alone, driven as the Llama family).
   (the plugin never sends one for Gemma 3: no chunked prefill, no prefix caching) runs causally when it holds no
   image tokens; one that holds some is rerun from position 0 and needs the row's images again (those whose tokens
   start before the chunk's end at least: the chunk may end between or inside images).
-- ``decode_forward``: as the text-only classes; sliding-window layers read their window of the same blocks.
+- ``decode_forward``: as the text-only classes.
+- ``page_tables_per_group`` (tt-models' engine) or ``page_tables_per_layer`` (TT vLLM's plugin), in both forwards: a
+  page table per KV-cache group that :meth:`get_kv_cache_spec` declares (the global layers' and the sliding layers'),
+  each layer reading and writing its group's; without them every layer uses ``page_table`` (its whole history).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, Sequence
 import torch
 
 from tt_models.models.gemma3.model import Gemma3Model, text_precision
-from tt_models.models.gemma3.text import Gemma3Text, text_state
+from tt_models.models.gemma3.text import Gemma3Text, layer_windows, text_state
 from tt_models.runtime import ttnn, use
 from tt_models.tt.generator import Generator, as_torch
 from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
@@ -40,6 +43,11 @@ def row_images(pixel_values: Any) -> list[torch.Tensor]:
     return images
 
 
+def _row_of(group_tables: list[torch.Tensor] | None, row: int) -> list[torch.Tensor] | None:
+    """One prefill row's table of each KV-cache group."""
+    return None if group_tables is None else [table[row] for table in group_tables]
+
+
 class Gemma3ForConditionalGeneration(ImageTextGenerator):
     """Gemma 3: images + text in, text out; image tokens in the prompt attend one another both ways in prefill."""
 
@@ -49,12 +57,18 @@ class Gemma3ForConditionalGeneration(ImageTextGenerator):
     model_class = Gemma3Model
     models: list[Gemma3Model]
 
+    @classmethod
+    def layer_windows(cls, hf_config: Any) -> list[int | None]:
+        return layer_windows(getattr(hf_config, "text_config", hf_config))
+
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
                         pixel_values: Sequence[Any] | None = None, enable_trace: bool = False, empty_slots: Any = None,
-                        sampling_params: Any = None, **kwargs: Any) -> Any:
+                        sampling_params: Any = None, page_tables_per_group: Any = None,
+                        page_tables_per_layer: Any = None, **kwargs: Any) -> Any:
         """Logits ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``)."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
+        groups = self.group_page_tables(page_tables_per_group, page_tables_per_layer)
         pixel_values = [None] * len(rows) if pixel_values is None else list(pixel_values)
         if len(pixel_values) != len(rows):
             raise ValueError(f"{len(rows)} prefill rows but {len(pixel_values)} pixel_values entries")
@@ -63,22 +77,23 @@ class Gemma3ForConditionalGeneration(ImageTextGenerator):
             with use(self.devices[replica]):
                 out.append(self._prefill_row(row, tokens[row], start, end, page_table[row],
                                              row_images(pixel_values[row]), replica, kv_cache[replica],
-                                             sampling_params is not None))
+                                             sampling_params is not None, _row_of(groups, row)))
         if sampling_params is not None:
             return self.sample_prefill(out, rows, tokens, sampling_params)
         return torch.stack(out)[:, None, :]
 
     def _prefill_row(self, row: int, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
-                     images: list[torch.Tensor], replica: int, kv_cache: Any, on_device: bool) -> Any:
+                     images: list[torch.Tensor], replica: int, kv_cache: Any, on_device: bool,
+                     group_tables: list[torch.Tensor] | None) -> Any:
         model = self.models[replica]
         is_image = tokens[:end] == self.image_token_id
         if not bool(is_image.any()):
             if images:
                 raise ValueError(f"prefill row {row}: {len(images)} images but no image tokens in the prompt")
-            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device)
+            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, group_tables=group_tables)
         block_size = kv_cache[0][0].shape[2]
         if not bool(is_image[start // block_size * block_size:].any()):  # the chunk run holds no image tokens
-            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device)
+            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, group_tables=group_tables)
         # Image tokens attend their whole image both ways, which only a first chunk's masked SDPA can do: a later
         # chunk holding some (a recomputation, a one-token step) reruns the prompt from position 0, rewriting the
         # cached K/V with the same values.
@@ -93,7 +108,7 @@ class Gemma3ForConditionalGeneration(ImageTextGenerator):
                              f"{model.tokens_per_image} tokens")
         table = model.image_table(images[:needed])
         logits = model.text.prefill(tokens, start, end, page_table, kv_cache, on_device,
-                                    image_rows=table_rows(is_image), image_table=table)
+                                    image_rows=table_rows(is_image), image_table=table, group_tables=group_tables)
         ttnn.deallocate(table)
         return logits
 
@@ -104,6 +119,10 @@ class Gemma3ForCausalLM(Generator):
 
     model_capabilities = Gemma3ForConditionalGeneration.model_capabilities
     models: list[Gemma3Text]
+
+    @classmethod
+    def layer_windows(cls, hf_config: Any) -> list[int | None]:
+        return layer_windows(hf_config)
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
@@ -127,16 +146,17 @@ class Gemma3ForCausalLM(Generator):
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any, start_pos: Any = None,
                         enable_trace: bool = False, empty_slots: Any = None, sampling_params: Any = None,
-                        **kwargs: Any) -> Any:
+                        page_tables_per_group: Any = None, page_tables_per_layer: Any = None, **kwargs: Any) -> Any:
         """Logits ``[n, 1, V]`` of each row's last position (tokens ``[n]`` with ``sampling_params``); a chunk with
         ``start_pos > 0`` runs causally over the cached ones."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
+        groups = self.group_page_tables(page_tables_per_group, page_tables_per_layer)
         out = []
         for row, (start, end, replica) in enumerate(rows):
             with use(self.devices[replica]):
                 out.append(self.models[replica].prefill(tokens[row], start, end, page_table[row], kv_cache[replica],
-                                                        sampling_params is not None))
+                                                        sampling_params is not None, group_tables=_row_of(groups, row)))
         if sampling_params is not None:
             return self.sample_prefill(out, rows, tokens, sampling_params)
         return torch.stack(out)[:, None, :]

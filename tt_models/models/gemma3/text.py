@@ -5,9 +5,11 @@
 - Each layer type rotates with its own table: ``rope_parameters["sliding_attention"]`` (``rope_local_base_freq``)
   and ``rope_parameters["full_attention"]`` (``rope_theta`` and its scaling).
 - Sliding layers attend the last ``sliding_window`` keys: decode through the SDPA decode op's
-  ``sliding_window_size`` (every layer keeps the whole history in its blocks, as tt-metal does: vLLM's sliding KV
-  spec is off for TT), text-only prefill through the causal SDPA's; a first chunk holding images through the masks
-  of :mod:`masks` (bidirectional within each image).
+  ``sliding_window_size``, text-only prefill through the causal SDPA's; a first chunk holding images through the
+  masks of :mod:`masks` (bidirectional within each image). Given one page table per KV-cache group
+  (``group_tables``; :class:`~tt_models.tt.kv_cache.KVCacheGroups`), each layer reads and writes its group's, so a
+  sliding group's table need hold only the window's blocks (the others out of every read); without, every layer
+  reads and writes the one ``page_table``.
 - The final logits are soft-capped, ``cap * tanh(logits / cap)``, on the device (device sampling reads them).
 """
 
@@ -25,6 +27,7 @@ from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.decode_inputs import HostInputs, advanced_positions, tracked_ints
 from tt_models.tt.embedding import Embedding
 from tt_models.tt.image_tokens import place_image_rows
+from tt_models.tt.kv_cache import KVCacheGroups, layer_tables, table_key
 from tt_models.tt.lm_head import LMHead, last_token_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.paged_inputs import PrefillChunk
@@ -47,6 +50,11 @@ def language_model_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 def text_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A text-only checkpoint's weights with the LM head (the embedding table when tied)."""
     return {"lm_head.weight": state["model.embed_tokens.weight"], **state}
+
+
+def layer_windows(text_config: Any) -> list[int | None]:
+    """Each layer's attention window: ``sliding_window`` on sliding layers, None (every key) on the global ones."""
+    return [text_config.sliding_window if kind == SLIDING else None for kind in text_config.layer_types]
 
 
 def rope_config(text_config: Any, layer_type: str) -> Any:
@@ -102,6 +110,7 @@ class Gemma3Text:
         self.layers = [Gemma3Block(args, state, i, kind, device, precision, decode, text_config.query_pre_attn_scalar)
                        for i, kind in enumerate(self.layer_types)]
         self.n_layers = args.n_layers
+        self.kv_groups = KVCacheGroups.of(layer_windows(text_config))
         self.norm = gemma_norm(state["model.norm.weight"], args.norm_eps, device)
         self.lm_head = SoftcappedLMHead(LMHead(state["lm_head.weight"], device, precision.lm_head_weights, decode),
                                         text_config.final_logit_softcapping)
@@ -116,12 +125,15 @@ class Gemma3Text:
 
     def prefill(self, tokens: torch.Tensor, start: int, end: int, page_table: torch.Tensor,
                 kv_cache: list[list[Any]], on_device: bool = False, *, image_rows: torch.Tensor | None = None,
-                image_table: Any = None) -> Any:
+                image_table: Any = None, group_tables: list[torch.Tensor] | None = None) -> Any:
         """Positions ``start .. end - 1`` of one user's row; the logits of position ``end - 1`` (host ``[V]``, or
         the device row with ``on_device``). ``image_rows [>= end]``: each position's row of ``image_table``
         ``[1, 1, image tokens, dim]``, -1 for text; only a first chunk (``start`` in the first block) may hold
-        image tokens (a later chunk cannot attend an image both ways)."""
-        chunk = PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
+        image tokens (a later chunk cannot attend an image both ways). ``group_tables``: the row's table of each
+        KV-cache group (group 0's in place of ``page_table``)."""
+        tables = [page_table] if group_tables is None else group_tables
+        chunks = [PrefillChunk.of(table, start, end, kv_cache[0][0].shape[2]) for table in tables]
+        chunk = chunks[0]  # (the groups' chunks differ in their blocks only)
         ids = chunk.padded_tokens(tokens)
         rows = None if image_rows is None else image_rows[chunk.start: chunk.end]
         if rows is None or not bool((rows >= 0).any()):
@@ -137,15 +149,20 @@ class Gemma3Text:
                                                   self.args.sliding_window if kind == SLIDING else None), self.device)
                      for kind in self.rope}
         rot = {kind: rope.prefill(chunk.start, chunk.padded) for kind, rope in self.rope.items()}
-        fill_table = as_int_tensor(chunk.fill_blocks[None], self.device)
-        sdpa_table = as_int_tensor(chunk.read_blocks[None], self.device)
-        for layer, kind, cache in zip(self.layers, self.layer_types, kv_cache):
+        device_tables = {}
+        for group, group_chunk in enumerate(chunks):
+            device_tables[table_key(group)] = as_int_tensor(group_chunk.read_blocks[None], self.device)
+            device_tables[f"fill_{table_key(group)}"] = as_int_tensor(group_chunk.fill_blocks[None], self.device)
+        sdpa_tables = layer_tables(device_tables, self.kv_groups, self.n_layers)
+        fill_tables = layer_tables(device_tables, self.kv_groups, self.n_layers, prefix="fill_")
+        for layer, kind, cache, sdpa_table, fill_table in zip(self.layers, self.layer_types, kv_cache, sdpa_tables,
+                                                              fill_tables):
             out = layer.forward_prefill(x, cache, rot=rot[kind], trans_mat=self.rope[kind].trans_mat_prefill,
                                         page_table=sdpa_table, fill_page_table=fill_table, chunk_start=chunk.start,
                                         attn_mask=masks.get(kind))
             ttnn.deallocate(x)
             x = out
-        for t in (fill_table, sdpa_table, *masks.values(), *(t for pair in rot.values() for t in pair)):
+        for t in (*device_tables.values(), *masks.values(), *(t for pair in rot.values() for t in pair)):
             ttnn.deallocate(t)
         return last_token_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
 
@@ -165,9 +182,10 @@ class Gemma3Text:
         (a replayed trace's inputs need no copy then: :mod:`tt_models.tt.decode_trace`)."""
         x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
         rot = {kind: table.decode_rows(inputs["rot_idx"]) for kind, table in self.rotary_tables.items()}
-        for layer, kind, cache in zip(self.layers, self.layer_types, kv_cache):
+        tables = layer_tables(inputs, self.kv_groups, self.n_layers)  # each layer's group's (Generator.decode_step)
+        for layer, kind, cache, table in zip(self.layers, self.layer_types, kv_cache, tables):
             out = layer.forward_decode(x, cache, rot=rot[kind], trans_mat=self.rope[kind].trans_mat_decode,
-                                       page_table=inputs["page_table"], current_pos=inputs["current_pos"])
+                                       page_table=table, current_pos=inputs["current_pos"])
             ttnn.deallocate(x)
             x = out
         logits = self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))

@@ -1,7 +1,9 @@
 """The TT vLLM generator classes of the Llama family (the contract of ``research/contract.md`` section 9).
 
 Prefill rows arrive unpadded (``n`` requests) with stale tails in token and page-table rows; decode
-arrives padded to ``max_batch_size`` with ``start_pos = -1`` and zero page-table rows in padding rows.
+arrives padded to ``max_batch_size`` with ``start_pos = -1`` and zero page-table rows in padding rows. A model with
+sliding-window layers takes a page table per KV-cache group in both (``page_tables_per_group`` or the plugin's
+``page_tables_per_layer``; see :meth:`~tt_models.tt.generator.Generator.get_kv_cache_spec`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from tt_models.runtime import use
 from tt_models.tt.decode_inputs import to_device
 from tt_models.tt.generator import Generator, as_torch
 from tt_models.tt.lm_head import last_row_logits
+from tt_models.tt.model_config import DecoderArgs
 from tt_models.tt.paged_inputs import PrefillChunk
 
 
@@ -23,6 +26,11 @@ class LlamaForCausalLM(Generator):
 
     model_capabilities = {"supports_prefix_caching": True, "supports_sample_on_device": True,
                           "supports_async_decode": True}
+
+    @classmethod
+    def layer_windows(cls, hf_config: Any) -> list[int | None]:
+        args = DecoderArgs.from_hf(hf_config, max_batch_size=1, max_seq_len=1)
+        return [args.window(layer) for layer in range(args.n_layers)]
 
     @classmethod
     def from_state_dict(cls, hf_config: Any, state: dict[str, torch.Tensor], mesh_device: Any, max_batch_size: int,
@@ -60,24 +68,28 @@ class LlamaForCausalLM(Generator):
 
     def prefill_forward(self, *, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any,
                         start_pos: Any = None, enable_trace: bool = False, empty_slots: Any = None,
-                        sampling_params: Any = None, **kwargs: Any) -> Any:
+                        sampling_params: Any = None, page_tables_per_group: Any = None,
+                        page_tables_per_layer: Any = None, **kwargs: Any) -> Any:
         """Logits ``[n, 1, V]`` of each row's last position ``prompt_lens[i] - 1``; with ``sampling_params``,
         tokens ``[n]`` sampled on the device (``(tokens, log_probs)`` when a row asks for log-probs). With
         ``enable_trace`` a row from position 0 whose tile-padded length warm-up captured replays that trace."""
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
-        page_table = as_torch(page_table, torch.int32)
+        groups = self.group_page_tables(page_tables_per_group, page_tables_per_layer)
+        tables = [as_torch(page_table, torch.int32)] if groups is None else groups
         on_device = sampling_params is not None
         out = []
         for row, (start, end, replica) in enumerate(rows):
             model, cache, device = self.models[replica], kv_cache[replica], self.devices[replica]
             with use(device):
-                chunk = model.prefill_chunk(page_table[row], start, end, cache)
+                group_chunks = [model.prefill_chunk(table[row], start, end, cache) for table in tables]
+                chunk = group_chunks[0]
 
                 def forward(device_inputs: dict[str, Any], chunk: PrefillChunk = chunk) -> Any:
                     return model.prefill_device(device_inputs, chunk, cache, on_device)
 
+                inputs = model.prefill_inputs(tokens[row], chunk, None if groups is None else group_chunks)
                 # A trace bakes its chunk's start in (plain causal attention from 0): resumed chunks run eagerly.
-                logits = self.run_prefill(replica, model.prefill_inputs(tokens[row], chunk), forward, mode=on_device,
+                logits = self.run_prefill(replica, inputs, forward, mode=on_device,
                                           traced=enable_trace and chunk.start == 0)
                 out.append(last_row_logits(logits, chunk, model.lm_head, device, on_device))
         if on_device:

@@ -1,5 +1,9 @@
 """One replica of a Llama-family model on one device or a tensor-parallel mesh: embedding, decoder blocks, norm, LM
-head."""
+head.
+
+With sliding-window layers (``sliding_window``; GPT-OSS's alternating ``layer_types``) its layers form KV-cache groups
+(:class:`~tt_models.tt.kv_cache.KVCacheGroups`, ``kv_groups``): given a page table per group, each layer reads and
+writes its group's (inputs ``page_table``, ``page_table_1``, ...); without, every layer uses ``page_table``."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.decode_inputs import HostInputs, advanced_positions, host_ints, to_device, tracked_ints
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
+from tt_models.tt.kv_cache import KVCacheGroups, layer_tables, table_key
 from tt_models.tt.lm_head import LMHead, last_row_logits, last_tile_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
@@ -41,6 +46,8 @@ class LlamaModel:
         self.rotary_table = RotaryTable(self.rope, args.max_seq_len)
         self.layers = [TransformerBlock(args, state, i, device, precision, decode) for i in range(args.n_layers)]
         self.n_layers = args.n_layers
+        groups = KVCacheGroups.of([args.window(i) for i in range(args.n_layers)])
+        self.kv_groups = groups if groups.is_hybrid else None
         self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
         lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, decode)
@@ -65,11 +72,15 @@ class LlamaModel:
         may be stale: never used)."""
         return PrefillChunk.of(page_table, start, end, kv_cache[0][0].shape[2])
 
-    def prefill_inputs(self, tokens: torch.Tensor, chunk: PrefillChunk) -> HostInputs:
-        """The host inputs of :meth:`prefill_device`: the chunk's tile-padded tokens, cos/sin and page tables."""
-        return {"tokens": Embedding.host_ids(chunk.padded_tokens(tokens), self.device),
-                "fill_page_table": host_ints(chunk.fill_blocks[None], self.device),
-                "page_table": host_ints(chunk.read_blocks[None], self.device),
+    def prefill_inputs(self, tokens: torch.Tensor, chunk: PrefillChunk,
+                       group_chunks: list[PrefillChunk] | None = None) -> HostInputs:
+        """The host inputs of :meth:`prefill_device`: the chunk's tile-padded tokens, cos/sin and page tables (with
+        ``group_chunks``, the chunk in each KV-cache group's table, ``chunk`` group 0's: each group's tables)."""
+        tables = {}
+        for group, group_chunk in enumerate(group_chunks or [chunk]):
+            tables[f"fill_{table_key(group)}"] = host_ints(group_chunk.fill_blocks[None], self.device)
+            tables[table_key(group)] = host_ints(group_chunk.read_blocks[None], self.device)
+        return {"tokens": Embedding.host_ids(chunk.padded_tokens(tokens), self.device), **tables,
                 **self.rope.prefill_inputs(chunk.start, chunk.padded)}
 
     def prefill_device(self, inputs: dict[str, Any], chunk: PrefillChunk, kv_cache: list[list[Any]],
@@ -77,7 +88,7 @@ class LlamaModel:
         """Device ops only: the logits tile of :func:`~tt_models.tt.lm_head.last_tile_logits`. Traceable for the
         chunks of one padded length starting at 0 (``chunk.start`` and the last tile are baked into the ops)."""
         x = self.embedding.forward_ids(inputs["tokens"])
-        tables = {name: inputs[name] for name in ("page_table", "fill_page_table")}
+        tables = {name: t for name, t in inputs.items() if "page_table" in name}
         for x in self.layers_over(x, (inputs["cos"], inputs["sin"]), tables, chunk.start, kv_cache):
             pass
         return last_tile_logits(x, chunk, self.norm, self.lm_head, self.device, on_device)
@@ -98,10 +109,12 @@ class LlamaModel:
     def layers_over(self, x: Any, rot: tuple[Any, Any], tables: dict[str, Any], chunk_start: int,
                     kv_cache: list[list[Any]]) -> Iterator[Any]:
         """Each layer's output for embeddings ``x`` at positions ``chunk_start ..`` with the device page tables
-        ``tables`` (``page_table``, ``fill_page_table``)."""
-        for layer, cache in zip(self.layers, kv_cache):
+        ``tables`` (``page_table``, ``fill_page_table``; and each KV-cache group's beyond the first, if any)."""
+        reads = layer_tables(tables, self.kv_groups, self.n_layers)
+        fills = layer_tables(tables, self.kv_groups, self.n_layers, prefix="fill_")
+        for layer, cache, read, fill in zip(self.layers, kv_cache, reads, fills):
             x = layer.forward_prefill(x, cache, rot=rot, trans_mat=self.rope.trans_mat_prefill,
-                                      chunk_start=chunk_start, **tables)
+                                      chunk_start=chunk_start, page_table=read, fill_page_table=fill)
             yield x
 
     @property
@@ -127,9 +140,10 @@ class LlamaModel:
         trace's inputs need no copy then: :mod:`tt_models.tt.decode_trace`)."""
         x = reshard(self.embedding.forward_ids(inputs["tokens"]), self.decode.residual)
         rot = self.rotary_table.decode_rows(inputs["rot_idx"])
-        for layer, cache in zip(self.layers, kv_cache):
-            x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode,
-                                     page_table=inputs["page_table"], current_pos=inputs["current_pos"])
+        tables = layer_tables(inputs, self.kv_groups, self.n_layers)  # each layer's group's (Generator.decode_step)
+        for layer, cache, table in zip(self.layers, kv_cache, tables):
+            x = layer.forward_decode(x, cache, rot=rot, trans_mat=self.rope.trans_mat_decode, page_table=table,
+                                     current_pos=inputs["current_pos"])
         logits = self.lm_head.forward(self.norm.forward(x, self.decode.lm_head_norm))
         ttnn.plus_one(inputs["current_pos"], skip_negative_entries=True)
         ttnn.plus_one(inputs["rot_idx"])
