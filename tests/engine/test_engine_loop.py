@@ -116,6 +116,17 @@ def test_n_sequences_diverge_and_share_the_prompt():
     assert len(out) == 4 and len({tuple(o) for o in out}) > 1, "seeded children should sample differently"
 
 
+@pytest.mark.parametrize("budget", [1, 8])
+def test_n_sequences_fork_after_a_chunked_prompt_whose_last_token_runs_as_a_decode_step(budget):
+    """A chunked prompt's last token runs in a decode step; its slot came with the prompt's blocks, so that step
+    appends none. (It once did: the forks then counted the first output's slot as their own already, skipped the
+    copy-on-write of the shared, partly filled last block, and both wrote their first output into it.)"""
+    request = ("r", prompt(4, 31), params(3, n=2, seed=4))
+    engine = make_engine(num_kv_blocks=16, max_num_batched_tokens=budget, enable_chunked_prefill=True,
+                         max_num_seqs=3)
+    assert run(engine, [request]) == {"r": solo(False, request)}
+
+
 def test_n_sequences_share_the_prompt_blocks_and_the_cross_table():
     """What the model is handed once all three sequences decode: the full prompt block and the cross blocks are
     the same block ids in every row; only each sequence's partly filled last block is its own (copy-on-write)."""

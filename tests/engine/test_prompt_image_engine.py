@@ -46,12 +46,13 @@ class Family:
 
 
 # Qwen2.5-VL: 28, 28 + 12 and 64 image tokens, prompts 55, 83, 103 and 125 tokens (2 + 3 + 4 blocks admitted).
-# Gemma 3: every image resized to 64 x 64 (16 tokens), prompts 23, 40, 65 and 61 tokens (1 + 2 + 3 blocks).
+# Gemma 3: every image resized to 64 x 64 (16 tokens), prompts 23, 40, 65 and 61 tokens (1 + 2 + 3 blocks in each
+# of its two KV-cache groups, global and sliding, and the pool's null block).
 FAMILIES = {
     "qwen2.5-vl": Family(write_tiny_qwen2_5_vl_checkpoint, "<\\|image_pad\\|>",
                          chunked=dict(max_num_batched_tokens=32), preempted=dict(num_kv_blocks=9)),
     "gemma3": Family(write_tiny_gemma3_checkpoint, "<start_of_image>",
-                     chunked=dict(max_num_batched_tokens=16), preempted=dict(max_model_len=128, num_kv_blocks=6))}
+                     chunked=dict(max_num_batched_tokens=16), preempted=dict(max_model_len=128, num_kv_blocks=13))}
 
 
 def user(text: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:

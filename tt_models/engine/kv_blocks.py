@@ -101,22 +101,22 @@ class KVBlockManager:
     def __init__(self, num_blocks: int, block_size: int, num_host_blocks: int = 0,
                  windows: Sequence[int | None] = (None,)) -> None:
         """``windows``: each KV-cache group's attention window (None: full attention); with a window the pool keeps
-        block ``NULL_BLOCK`` out of every table."""
+        block ``NULL_BLOCK`` out of every table, and ``num_blocks`` (the blocks it hands out) is one less."""
         if num_blocks < 1 or block_size < 1 or num_host_blocks < 0 or not windows:
             raise ValueError(f"KVBlockManager(num_blocks={num_blocks}, block_size={block_size}, "
                              f"num_host_blocks={num_host_blocks}, windows={windows}): need num_blocks, block_size >= 1, "
                              "num_host_blocks >= 0 and a group")
-        self.num_blocks = num_blocks
         self.block_size = block_size
         self.num_host_blocks = num_host_blocks
         self.windows = tuple(windows)
         self.num_groups = len(self.windows)
         self.windowed = any(w is not None for w in self.windows)
+        self.num_blocks = num_blocks - self.windowed
         self.reset()
 
     def reset(self) -> None:
         """Forget every table: all device and host blocks are free again."""
-        self._device = _Pool(self.num_blocks, first=1 if self.windowed else 0)
+        self._device = _Pool(self.num_blocks + self.windowed, first=NULL_BLOCK + 1 if self.windowed else 0)
         self._host = _Pool(self.num_host_blocks)
         self._requests: dict[str, _Request] = {}
         self._seqs: dict[int, _Seq] = {}
@@ -228,25 +228,37 @@ class KVBlockManager:
             raise RuntimeError(f"append to sequence {seq_id}: needs {need} blocks, {self.num_free_blocks} free")
         return self._append(seq, num_tokens, copy_last)
 
-    def blocks_to_append(self, seq_ids: list[int]) -> int:
-        """Free blocks that ``append_each(seq_ids)`` would take."""
-        return sum(self._append_cost(self._resident_seq(seq_id), 1)[0] for seq_id in seq_ids)
+    def blocks_to_append(self, seq_ids: list[int], positions: list[int] | None = None) -> int:
+        """Free blocks that ``append_each(seq_ids, positions)`` would take."""
+        seqs = self._needing_slots(seq_ids, positions)
+        return sum(self._append_cost(seq, 1)[0] for seq in seqs if seq is not None)
 
-    def append_each(self, seq_ids: list[int]) -> list[tuple[int, int] | None] | None:
-        """One more token in each of the sequences (a decode step), all or none: None when the pool is short;
-        returns each sequence's copy-on-write as :meth:`append` does. (One call per step and pool: decode runs
-        it for every sequence.)"""
+    def _needing_slots(self, seq_ids: list[int], positions: list[int] | None) -> list[_Seq | None]:
+        """Each sequence, None where position ``positions[i]`` has its slot already: a prompt's last token run as a
+        decode step (chunked prefill, or a recomputation's), whose slot came with the prompt's blocks."""
         seqs = [self._resident_seq(seq_id) for seq_id in seq_ids]
+        if positions is None:
+            return seqs
+        return [None if position < seq.num_tokens else seq for seq, position in zip(seqs, positions)]
+
+    def append_each(self, seq_ids: list[int],
+                    positions: list[int] | None = None) -> list[tuple[int, int] | None] | None:
+        """A slot for the token each sequence runs (a decode step) at ``positions`` (None: the next one), all or
+        none: None when the pool is short; returns each sequence's copy-on-write as :meth:`append` does. A position
+        the sequence has a slot for already gets none. (One call per step and pool: decode runs it for every
+        sequence.)"""
+        seqs = self._needing_slots(seq_ids, positions)
         size, refs = self.block_size, self._device.refs
         # The usual sequence has room in its last block, which it alone holds: it only counts the token. The others
         # (at a block boundary, or sharing their last block) cost blocks, as _append_cost and _append say.
-        slow = [i for i, seq in enumerate(seqs)
-                if seq.num_tokens >= len(seq.table) * size or seq.num_tokens % size and refs[seq.table[-1]] > 1]
+        slow = [i for i, seq in enumerate(seqs) if seq is not None and (
+            seq.num_tokens >= len(seq.table) * size or seq.num_tokens % size and refs[seq.table[-1]] > 1)]
         costs = [self._append_cost(seqs[i], 1) for i in slow]
         if sum(cost for cost, _ in costs) > len(self._device.free):
             return None
         for seq in seqs:
-            seq.num_tokens += 1
+            if seq is not None:
+                seq.num_tokens += 1
         copies: list[tuple[int, int] | None] = [None] * len(seqs)
         for i, (_, copy_last) in zip(slow, costs):
             copies[i] = self._append(seqs[i], 0, copy_last)  # (its token is counted above)

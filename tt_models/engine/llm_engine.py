@@ -129,10 +129,10 @@ class LLMEngine(RequestIntake[Request]):
         # (every KV-cache group's table holds all of a prompt it admits, a recomputed one's outputs included)
         worst = params.n * kv.num_groups * kv.num_blocks_for(len(inputs.prompt_token_ids) + request.max_new_tokens) \
             + kv.num_blocks_for(inputs.encoder_len)
-        if worst > kv.num_blocks - kv.windowed:
+        if worst > kv.num_blocks:
             raise ValueError(f"request {request_id!r} may need {worst} KV blocks (n={params.n}, up to "
                              f"{len(inputs.prompt_token_ids) + request.max_new_tokens} tokens each) but the pool "
-                             f"has {self.config.num_kv_blocks}; lower n or max_tokens")
+                             f"has {kv.num_blocks}; lower n or max_tokens")
         queue_limit = self.config.max_num_waiting
         if queue_limit is not None and len(self.scheduler.waiting) >= queue_limit:
             raise OverflowError(f"the waiting queue is full ({queue_limit} requests)")
@@ -374,7 +374,7 @@ class LLMEngine(RequestIntake[Request]):
     def _fork(self, parent: Sequence, index: int) -> Sequence:
         child = self._new_seq(parent.request, index)
         child.token_ids = list(parent.token_ids)
-        child.num_computed = parent.num_computed
+        child.num_computed, child.num_scheduled = parent.num_computed, parent.num_scheduled
         self.scheduler.fork(parent, child)
         parent.request.seqs.append(child)
         return child

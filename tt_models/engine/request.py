@@ -43,6 +43,9 @@ class Sequence:
         self.key = f"{request.request_id}#{index}"  # its row's name in the input batch
         self.token_ids = list(request.inputs.prompt_token_ids)
         self.num_computed = 0  # tokens whose K/V is in the cache
+        # Tokens scheduled so far: num_computed and those of a step in flight (counted when it is scheduled; a
+        # decode step issued before the last is read runs the token after num_computed's).
+        self.num_scheduled = 0
         self.redo_last_block = False  # its copy of a shared last block must be recomputed (copy-on-write)
         # Outputs survive preemption (swapped or recomputed), so the guide, fed each token once, stays in step.
         guide = None if request.grammar is None else Guide(request.grammar, self.key)

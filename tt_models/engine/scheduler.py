@@ -110,6 +110,8 @@ class Scheduler:
             out.scheduled = self._decodes(out)
             if not out.preempted:  # as vLLM v0: swap in only when this step preempted nothing
                 out.scheduled += self._swap_in(out)
+        for seq, tokens in out.scheduled:  # (a prefill step follows a step read: its sequences' counts are current)
+            seq.num_scheduled = (seq.num_computed if out.is_prefill else seq.num_scheduled) + tokens
         if self.windowed:
             for seq, _ in out.scheduled:
                 self.kvs[seq.request.replica].drop_out_of_window(seq.seq_id, seq.num_computed)
@@ -185,7 +187,7 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             self.swapped.remove(request)
             self.running.append(request)
-            scheduled += self._decoding(seqs, kv.append_each([s.seq_id for s in seqs]))
+            scheduled += self._decoding(seqs, kv.append_each([s.seq_id for s in seqs], _positions(seqs)))
         return scheduled
 
     def _decoding(self, seqs: list[Sequence], copies: list[tuple[int, int] | None]) -> list[tuple[Sequence, int]]:
@@ -281,14 +283,15 @@ class Scheduler:
             request = self.running[i]
             seqs, kv = request.live_seqs, self.kvs[request.replica]
             seq_ids = [seq.seq_id for seq in seqs]
-            while kv.blocks_to_append(seq_ids) > kv.num_free_blocks:
+            positions = _positions(seqs)
+            while kv.blocks_to_append(seq_ids, positions) > kv.num_free_blocks:
                 # The most recently admitted request of the same replica: only its blocks free this pool.
                 victim = next(r for r in reversed(self.running) if r.replica == request.replica)
                 self._preempt(victim, out)
                 if victim is request:
                     break
             else:
-                scheduled += self._decoding(seqs, kv.append_each(seq_ids))
+                scheduled += self._decoding(seqs, kv.append_each(seq_ids, positions))
                 i += 1
         return scheduled
 
@@ -297,16 +300,18 @@ class Scheduler:
         preempted and each pool appends them in one call. None (nothing changed) when a pool is short."""
         seqs = [seq for request in self.running for seq in request.live_seqs]
         if len(self.kvs) == 1:
-            copies = self.kvs[0].append_each([seq.seq_id for seq in seqs])
+            copies = self.kvs[0].append_each([seq.seq_id for seq in seqs], _positions(seqs))
             return None if copies is None else self._decoding(seqs, copies)
-        by_replica: dict[int, list[int]] = {}
+        by_replica: dict[int, list[Sequence]] = {}
         for seq in seqs:
-            by_replica.setdefault(seq.request.replica, []).append(seq.seq_id)
-        if any(self.kvs[r].blocks_to_append(ids) > self.kvs[r].num_free_blocks for r, ids in by_replica.items()):
+            by_replica.setdefault(seq.request.replica, []).append(seq)
+        if any(self.kvs[r].blocks_to_append([s.seq_id for s in group], _positions(group)) > self.kvs[r].num_free_blocks
+               for r, group in by_replica.items()):
             return None
         copies: dict[int, tuple[int, int] | None] = {}
-        for replica, ids in by_replica.items():
-            copies.update(zip(ids, self.kvs[replica].append_each(ids)))
+        for replica, group in by_replica.items():
+            ids = [s.seq_id for s in group]
+            copies.update(zip(ids, self.kvs[replica].append_each(ids, _positions(group))))
         return self._decoding(seqs, [copies[seq.seq_id] for seq in seqs])
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
@@ -324,10 +329,15 @@ class Scheduler:
             return
         for seq in seqs:
             kv.free(seq.seq_id)
-            seq.num_computed = 0
+            seq.num_computed = seq.num_scheduled = 0
             seq.redo_last_block = False
         if request.encoder_len:
             kv.free_cross(request.request_id)
         request.encoder_cached = False
         request.status = RequestStatus.WAITING
         self.waiting.appendleft(request)
+
+
+def _positions(seqs: list[Sequence]) -> list[int]:
+    """The position of the token each sequence's decode step runs: the first not scheduled yet."""
+    return [seq.num_scheduled for seq in seqs]

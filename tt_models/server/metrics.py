@@ -30,7 +30,7 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 def kv_blocks_in_use(engine: LLMEngine) -> int:
     """Blocks held by requests, over every replica's pool."""
     scheduler = engine.scheduler
-    return engine.config.num_kv_blocks * len(scheduler.kvs) - scheduler.num_free_blocks
+    return sum(kv.num_blocks for kv in scheduler.kvs) - scheduler.num_free_blocks
 
 
 def token_count_buckets(max_model_len: int) -> list[int]:
@@ -71,7 +71,7 @@ class _EngineState(Collector):
             if scheduler is None:  # an encode instance's engine: no KV cache (tt_models.disagg.metrics has its queues)
                 continue
             labels = [name, ENGINE_INDEX]
-            blocks = engine.config.num_kv_blocks * len(scheduler.kvs)  # every replica's
+            blocks = sum(kv.num_blocks for kv in scheduler.kvs)  # every replica's (less a window's null block)
             running.add_metric(labels, len(scheduler.running))
             waiting.add_metric(labels, len(scheduler.waiting))
             usage.add_metric(labels, kv_blocks_in_use(engine) / blocks)
