@@ -58,5 +58,6 @@ while read -r marked; do
 done < <(grep -rl --include='*.py' "pytest.mark.numerics" tests)
 mapfile -t numerics < <(printf '%s\n' "${numerics[@]}" | sort -u)
 for arg in "$@"; do [ -e "${arg%%::*}" ] && numerics=() && break; done
-env "${REDUCED_ISA[@]}" .venv/bin/python -m pytest "${workers[@]}" -m numerics "${numerics[@]}" "$@"; record $?
+env "${REDUCED_ISA[@]}" .venv/bin/python -m pytest "${workers[@]}" -m "numerics and not alone and not soak and not heavy" \
+  "${numerics[@]}" "$@"; record $?
 exit "$status"

@@ -1,7 +1,8 @@
 """The routed-expert families' tests (Qwen3-MoE, GPT-OSS: :mod:`tt_models.tt.moe`) against HF's float32 model on the
 host backend, written once: a family's test module declares a :class:`MoeFamily`, binds ``family =
 family_fixture(ITS_FAMILY)``, ``model_case = model_case_fixture(ITS_FAMILY)`` and the shared tests it runs to names of
-its own (pytest collects them there, under that module's name); its mock module binds the mock tests the same way.
+its own (pytest collects them there, under that module's name). Both families' mock-device tests are
+``tests/models/test_moe_mock.py``.
 
 The tiny models (``tt_models.testing.moe``: 8 experts, top 2, hidden 64) route the test's tokens to every expert of
 every sparse layer (asserted on HF's router), so each expert's weights reach the logits the tests compare. Teacher-
@@ -14,26 +15,20 @@ these tiny models, whose logits the experts dominate, moves the logits far more 
 family's floor and printed with the minimum). Free-running greedy tokens follow HF's under the closeness rule
 (``tests/closeness.py``; accuracy profile: the performance one parts from HF at the first tokens). Over 2 and 4
 chips (experts split, attention tensor-parallel) greedy tokens follow one chip's, and each chip holds 1/N of the
-experts' bytes; traced decode equals eager decode bit for bit. On the mock device (real ttnn validating every call;
-values read back are zeros there, so only shapes are checked): both profiles on an n150, the experts over the chips
-of an n300 (4 a chip) and a T3K (1 a chip; two 1x4 replicas with tt_data_parallel=2) in both profiles
-(:data:`tests.models.board_runs.SQUARE`).
+experts' bytes; traced decode equals eager decode bit for bit.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 from transformers import AutoConfig
 
 from tests.closeness import pcc, rows_agree
-from tests.models import board_runs
-from tests.models.llama_on_mock import run
-from tests.models.test_llama_mock import SHAPES
 from tests.models.vllm_driver import (Request, VllmDriver, assert_unowned_blocks_untouched, fill_nan, greedy_rows,
                                       teacher_forced_steps)
 from tt_models.runtime import close_device, open_device
@@ -248,35 +243,3 @@ def test_traced_decode_equals_eager(family, host_device):
         model.release_traces()
     assert len(logits[True]) == len(logits[False]) == 3 * 9
     assert all(torch.equal(a, b) for a, b in zip(logits[True], logits[False]))
-
-
-# --- mock device --------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Callable[[str], str]:
-    """A tiny config's HF model saved (once a module) in a directory: its path."""
-    saved: dict[str, str] = {}
-
-    def path(name: str) -> str:
-        if name not in saved:
-            directory = tmp_path_factory.mktemp(name)
-            tiny_moe(name).save_pretrained(directory)
-            saved[name] = str(directory)
-        return saved[name]
-
-    return path
-
-
-@pytest.mark.mock
-@pytest.mark.parametrize("optimizations", PROFILES)
-def test_n150(family, mock_device, checkpoint, optimizations):
-    assert run(mock_device, checkpoint(family.configs[0]), 1, optimizations) == SHAPES
-
-
-@pytest.mark.mock
-@pytest.mark.parametrize("board", ["n300", "t3k"])
-def test_experts_over_a_mesh(family, checkpoint, board):
-    cases = board_runs.cases(checkpoint(family.configs[0] if board == "n300" else family.tp_config), board)
-    stdout = board_runs.run_on_board("tests.models.llama_on_mock", board, cases)
-    for case in cases:
-        assert f"ok {case} {SHAPES}" in stdout

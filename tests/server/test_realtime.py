@@ -183,17 +183,16 @@ def check_session(events: list[dict], expected: Expected) -> None:
                for item in items) > 1
 
 
-def test_real_time_pace_turns_are_the_vad_segments_transcribed(server, expected):
-    events = asyncio.run(stream_turns(server.url, expected.pcm, len(expected.turns), pace=True))
-    check_session(events, expected)
-
-
-def test_a_burst_gives_the_same_turns_and_four_sessions_at_once_each_theirs(server, expected, engine):
-    check_session(asyncio.run(stream_turns(server.url, expected.pcm, len(expected.turns), pace=False)), expected)
+def test_four_sessions_at_once_at_real_time_pace_and_in_a_burst_get_the_vad_segments_transcribed(server, expected,
+                                                                                                 engine):
+    """Four sessions at once over the one engine: one sends the recording in 100 ms chunks at real-time pace, three
+    send it in one burst each. Every session gets the turns of the VAD rule, each transcribed as its audio alone is;
+    then no KV block is in use."""
 
     async def four() -> list[list[dict]]:
-        return await asyncio.gather(*(stream_turns(server.url, expected.pcm, len(expected.turns), pace=False)
-                                      for _ in range(4)))
+        return await asyncio.gather(stream_turns(server.url, expected.pcm, len(expected.turns), pace=True),
+                                    *(stream_turns(server.url, expected.pcm, len(expected.turns), pace=False)
+                                      for _ in range(3)))
 
     for events in asyncio.run(four()):
         check_session(events, expected)

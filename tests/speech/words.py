@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,7 +58,8 @@ def hf_pipeline_words(model_name: str, waveforms: list[np.ndarray],
 
 @dataclass(frozen=True)
 class Comparison:
-    """Words paired by text (difflib's longest matching blocks), each pair's larger deviation of start and end."""
+    """Words paired by :func:`spelling` (difflib's longest matching blocks), each pair's larger deviation of start
+    and end."""
 
     deviations: np.ndarray
     unmatched: list[tuple[list[str], list[str]]]  # the stretches that differ: (ours, HF's)
@@ -77,8 +79,16 @@ class Comparison:
                 f"{self.within(0.1):.3f}; differing: {self.unmatched}")
 
 
+def spelling(text: str) -> str:
+    """A word as compared: its letters, digits and apostrophes, lowercased. The punctuation the tokenizer merges into
+    a word is a decoded token of its own ("Hello?" or "Hello."), which bfloat16 against float32, or AVX2 against
+    AVX-512 kernels, may decode otherwise where the two are near a tie: the word and its times are the same."""
+    return re.sub(r"[^\w']", "", text.lower())
+
+
 def compare(ours: list[TimedWord], hf: list[TimedWord]) -> Comparison:
-    matcher = difflib.SequenceMatcher(a=[w.text for w in ours], b=[w.text for w in hf], autojunk=False)
+    matcher = difflib.SequenceMatcher(a=[spelling(w.text) for w in ours], b=[spelling(w.text) for w in hf],
+                                      autojunk=False)
     pairs, unmatched = [], []
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag == "equal":

@@ -132,6 +132,7 @@ def _answers(url: str) -> dict[str, str]:
             "stream": "".join(chunk.choices[0].text for chunk in stream if chunk.choices)}
 
 
+@pytest.mark.heavy  # vLLM's server (its API process and engine core) beside another: most of the machine
 def test_server_example_answers_as_tt_models_serve(examples: Path, smollm2_dir: Path, tmp_path: Path) -> None:
     """Both servers start side by side (their startups overlap), then each answers the same chat and streamed
     completion."""

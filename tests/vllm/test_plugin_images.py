@@ -161,6 +161,7 @@ def ask(url: str, model: str, chat: list[dict[str, Any]], stream: bool) -> dict[
             "finish": choices[-1].finish_reason}
 
 
+@pytest.mark.heavy  # vLLM's server (its API process and engine core) beside another: most of the machine
 def test_server_example_serves_image_chat_as_the_class_driven_directly(
         examples: Path, model_dirs: list[Path], images: list[list[Image.Image]], chat_requests: list[list[Any]],
         vllm_cache: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
