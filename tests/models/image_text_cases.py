@@ -9,8 +9,8 @@ HF's greedy continuation, against HF's full forward over the sequence), PCC at t
 free-running greedy tokens against HF ``generate`` under the closeness rule (:mod:`tests.closeness`); every
 teacher-forced step on a 1 x 2 host mesh (the families that run it); on the mock
 n150, prefill (a two-image row and a text-only row) and a decode step with the real ttnn validating every call
-(values read back are zeros there, so only shapes are checked); tensor-parallel on a mock n300
-(:mod:`tests.models.image_text_on_mock`, run under the family's ``name``).
+(values read back are zeros there, so only shapes are checked). (Tensor-parallel on a mock n300, every family in one
+process: ``tests/models/test_image_text_n300.py``, the family's cases run under its ``name``.)
 
 The class is called with keywords as TT vLLM's plugin calls it (stale tails in token and page-table rows,
 ``empty_slots``, decode padded with ``start_pos = -1``; an M-RoPE family's ``rope_deltas_all_users`` only when a
@@ -28,7 +28,6 @@ import torch
 from PIL import Image
 
 from tests.closeness import pcc, rows_agree
-from tests.models import board_runs, image_text_on_mock
 from tt_models.runtime import close_device, open_device
 from tt_models.testing.images import random_image
 
@@ -280,12 +279,3 @@ def test_n150(family, mock_device, profile):
     assert (tuple(logits.shape), tuple(decoded.shape)) == ((2, 1, vocab), (MAX_BATCH, 1, vocab))
     if deltas is not None:
         assert deltas[0] < 0 and deltas[1] == 0
-
-
-def test_tensor_parallel_on_a_mesh(family):
-    """A mock n300 (1x2): one replica with both towers tensor-parallel over the two chips, and two replicas
-    (tt_data_parallel=2), in both profiles; the smallest dims that split (:mod:`tests.models.image_text_on_mock`)."""
-    cases = board_runs.cases(family.name)
-    stdout = board_runs.run_on_board(image_text_on_mock.__name__, "n300", cases)
-    for case in cases:
-        assert f"ok {case} {image_text_on_mock.SHAPES}" in stdout

@@ -1,7 +1,7 @@
 """Gemma 3 on the mock n150 (:mod:`tests.models.image_text_cases`: prefill of a two-image row and a text-only row,
-longer than the sliding window, and decode; the vision tower and projector with heads of 48 zero-padded to 64 here)
-and tensor-parallel on a mock n300: the real ttnn validates every call (values read back are zeros there, so only
-shapes are checked)."""
+longer than the sliding window, and decode; the vision tower and projector with heads of 48 zero-padded to 64 here):
+the real ttnn validates every call (values read back are zeros there, so only shapes are checked). The mock n300:
+``tests/models/test_image_text_n300.py``."""
 
 import pytest
 
@@ -27,4 +27,3 @@ def test_untiled_vision_heads_n150(mock_device):
         assert tuple(tokens.shape) == (1, 1, 16, 128)
 
 
-test_tensor_parallel_on_a_mesh = shared.test_tensor_parallel_on_a_mesh

@@ -1,6 +1,6 @@
 """Qwen3-VL on the mock n150 (:mod:`tests.models.image_text_cases`: the vision tower with its DeepStack mergers,
-prefill of a two-image row and a text-only row, and decode) and tensor-parallel on a mock n300: the real ttnn validates
-every call (values read back are zeros there, so only shapes are checked)."""
+prefill of a two-image row and a text-only row, and decode): the real ttnn validates every call (values read back are
+zeros there, so only shapes are checked). The mock n300: ``tests/models/test_image_text_n300.py``."""
 
 import pytest
 
@@ -10,4 +10,3 @@ from tests.models.test_qwen3_vl_pcc import FAMILY
 pytestmark = pytest.mark.mock
 family = shared.family_fixture(FAMILY)
 test_n150 = shared.test_n150
-test_tensor_parallel_on_a_mesh = shared.test_tensor_parallel_on_a_mesh

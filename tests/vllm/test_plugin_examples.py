@@ -78,6 +78,7 @@ def test_offline_example_answers_its_prompts(examples: Path, tiny_chat_dir: Path
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.heavy  # a vLLM engine of its own for the length sweep (~17 s)
 def test_increasing_seq_lens_end_in_vllms_length_error(examples: Path, tiny_chat_dir: Path, tmp_path: Path) -> None:
     """At SmolLM2's whole context (8192): counting to 10 and to 100 (60 and 331 tokens) fit, counting to 2000 (8932
     tokens) does not. The prompts run one at a time (4 users: the KV pool is sized for every user at full length)."""

@@ -167,9 +167,11 @@ IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_PLUGINS": "tt_mod
 T3K_LLAMA = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
                         num_key_value_heads=8, head_dim=32, vocab_size=320, max_position_embeddings=512)
 TRACED_NAMES = ["llama-gqa", "qwen2-bias", "qwen3-qk-norm", "mistral-window", "SmolLM2-135M-Instruct"]
-# The mixture-of-experts families' tiny models (tt_models.testing.moe), served in the same traced runs; GPT-OSS's
-# context is 128 positions (YaRN from 32, factor 4), which vLLM derives and would refuse a longer max_model_len for.
+# The mixture-of-experts families' tiny models (tt_models.testing.moe), served in the same traced runs on an N300 (the
+# experts split over its two chips, the attention tensor-parallel); GPT-OSS's context is 128 positions (YaRN from 32,
+# factor 4), which vLLM derives and would refuse a longer max_model_len for.
 MOE_RUNS = {"qwen3-moe": {}, "gpt-oss": {"max_model_len": 128}}
+MOE_MESH_DEVICE, MOE_MESH = "N300", (1, 2)
 
 
 @pytest.fixture(scope="module")
@@ -190,11 +192,12 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
     traced.append({"model": str(write_smollm2_checkpoint(tmp)), **SMOLLM2_RUN})  # real weights, default precision
     for name, sizes in MOE_RUNS.items():
         tiny_moe(name).save_pretrained(tmp / name)
-        traced.append({"model": str(tmp / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"], **sizes})
+        traced.append({"model": str(tmp / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"], **sizes,
+                       "env": {"MESH_DEVICE": MOE_MESH_DEVICE}})
     parts = {"in_process": [{"model": str(model_dir), "env": {"MESH_DEVICE": None}, "import_worker_first": True,
                              "mesh_devices": list(MESHES)}],
              "t3k": [{"model": str(tmp / "tp-llama"), "env": {"MESH_DEVICE": "T3K"}}],
-             "traced": [{**run, "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
+             "traced": [{"env": {"MESH_DEVICE": None}, **run, "additional_config": DEVICE_PATH,
                          "async_scheduling": True} for run in traced],
              "encoder_decoder_worker": [{**traced[0], "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
                                          "async_scheduling": True, "worker_cls": ENCODER_DECODER_WORKER}]}
@@ -204,7 +207,8 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
         references["in_process"] = [request.getfixturevalue("reference")]
         references["t3k"] = [_reference(tmp / "tp-llama", PROMPTS, SIZES["max_tokens"], mesh_shape=(1, 8))]
         references["traced"] = [_reference(Path(r["model"]), r["prompts"], r["max_tokens"],
-                                           max_model_len=r.get("max_model_len", SIZES["max_model_len"]))
+                                           max_model_len=r.get("max_model_len", SIZES["max_model_len"]),
+                                           mesh_shape=MOE_MESH if "env" in r else None)
                                 for r in traced]
         references["encoder_decoder_worker"] = references["traced"][:1]
 
@@ -258,13 +262,13 @@ def _reference(path: Path, prompts: list[list[int]], max_tokens: int, mesh_shape
 
 def test_traced_decode_with_device_sampling(in_process_runs: dict[str, Any]) -> None:
     """``trace_mode: all`` and ``sample_on_device_mode: all``, the tiny Llama, Qwen2, Qwen3 and Mistral classes,
-    SmolLM2 and the tiny Qwen3-MoE and GPT-OSS (vLLM 0.25.1 accepting their architectures; for GPT-OSS the plugin
-    turns chunked prefill and prefix caching off) served one after another by one in-process engine with vLLM's
+    SmolLM2 and the tiny Qwen3-MoE and GPT-OSS on an N300 (vLLM 0.25.1 accepting their architectures; for GPT-OSS the
+    plugin turns chunked prefill and prefix caching off; the experts split over the two chips) served one after another by one in-process engine with vLLM's
     async scheduling (the plugin's async decode): prefill and decode return tokens sampled on the device (greedy:
     the argmax), the traces are captured at warmup, every decode step is a traced ``decode_forward`` (one
     ``execute_trace`` each), steady steps come a step behind (``reset_batch=False``: the model feeds its sampled
-    tokens back on the device), and the tokens equal ``tt_models.LLM``'s (synchronous, host sampling of eager
-    logits)."""
+    tokens back on the device), and the tokens equal ``tt_models.LLM``'s on the same mesh (synchronous, host sampling
+    of eager logits)."""
     runs, reports, _, stderr, references = in_process_runs["traced"]
     assert "Traceback" not in stderr, stderr[-6000:]
     names = TRACED_NAMES + list(MOE_RUNS)
@@ -272,6 +276,7 @@ def test_traced_decode_with_device_sampling(in_process_runs: dict[str, Any]) -> 
     for name, run, report, reference in zip(names, runs, reports, references):
         print(f"{name}: vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
         assert report["tokens"] == reference, name
+        assert report["chips_per_replica"] == [MOE_MESH[1] if name in MOE_RUNS else 1], name
         decodes = report["decodes"]
         assert decodes["decode_forward"] >= run["max_tokens"] - 1, decodes
         assert decodes["traced"] == decodes["sampling_params"] == decodes["execute_trace"] == decodes["decode_forward"]

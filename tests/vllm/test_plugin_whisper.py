@@ -290,6 +290,7 @@ def test_lane_data_parallel_is_refused_by_name() -> None:
                                     num_devices=2)
 
 
+@pytest.mark.heavy  # a vLLM engine of its own for one shape (~18 s)
 def test_distil_whisper_shape_decoder_shallower_than_its_encoder(checkpoint_dir: Path, clips: dict[str, np.ndarray],
                                                                  tmp_path: Path) -> None:
     """distil-whisper's shape (2 decoder layers under 4 encoder layers: vLLM's config reports the encoder's as the
