@@ -26,7 +26,9 @@ import pytest
 from tt_models.testing.chat_checkpoints import write_smollm2_checkpoint, write_tiny_chat_checkpoint
 from tt_models.testing.server_process import free_port, wait_healthy
 
-pytestmark = pytest.mark.slow
+# Each test runs TT's example against a vLLM engine of its own (the server example beside `tt-models serve`): the
+# extended group.
+pytestmark = pytest.mark.heavy
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("run_tt_example.py")
 PLUGIN_SOURCE = Path(os.environ.get("TT_VLLM_PLUGIN_SOURCE",
@@ -78,7 +80,6 @@ def test_offline_example_answers_its_prompts(examples: Path, tiny_chat_dir: Path
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.heavy  # a vLLM engine of its own for the length sweep (~17 s)
 def test_increasing_seq_lens_end_in_vllms_length_error(examples: Path, tiny_chat_dir: Path, tmp_path: Path) -> None:
     """At SmolLM2's whole context (8192): counting to 10 and to 100 (60 and 331 tokens) fit, counting to 2000 (8932
     tokens) does not. The prompts run one at a time (4 users: the KV pool is sized for every user at full length)."""
@@ -133,7 +134,6 @@ def _answers(url: str) -> dict[str, str]:
             "stream": "".join(chunk.choices[0].text for chunk in stream if chunk.choices)}
 
 
-@pytest.mark.heavy  # vLLM's server (its API process and engine core) beside another: most of the machine
 def test_server_example_answers_as_tt_models_serve(examples: Path, smollm2_dir: Path, tmp_path: Path) -> None:
     """Both servers start side by side (their startups overlap), then each answers the same chat and streamed
     completion."""

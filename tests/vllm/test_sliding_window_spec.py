@@ -1,48 +1,37 @@
 """The KV-cache spec tt-models' sliding-window classes hand TT vLLM's plugin (``get_kv_cache_spec``), and that vLLM's
 hybrid KV cache manager groups their layers as the classes do (``KVCacheGroups``: each group's page table reaches the
-layers it names). vLLM (0.25.1, the TT build) runs in a fresh process, as in ``test_registration.py``: its import
-loads the platform plugins."""
+layers it names). vLLM 0.25.1 (the TT build) is imported here, as ``test_plugin_host.py`` imports it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from types import SimpleNamespace
+from typing import Any
 
+import torch
 from transformers import Gemma3TextConfig, MistralConfig
 
 from tt_models.models.gemma3.generator import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
 from tt_models.models.llama.generator import LlamaForCausalLM, MistralForCausalLM
 from tt_models.testing.gemma3 import tiny_gemma3
 
-SCRIPT = r'''
-import json, sys
-from types import SimpleNamespace
-import torch
-from transformers import AutoConfig
-from vllm.v1.core.kv_cache_utils import _get_kv_cache_groups_uniform_page_size
-from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
-from tt_models.engine.model_runner import generator_classes
 
-out = []
-for name, config in json.loads(sys.argv[1]):
-    hf_config = AutoConfig.for_model(**config)
+def _vllm_view(cls: type, hf_config: Any) -> dict | None:
+    """The class's KV-cache spec as vLLM 0.25.1 reads it, and how vLLM's hybrid manager groups its layers."""
+    from vllm.v1.core.kv_cache_utils import _get_kv_cache_groups_uniform_page_size
+
     text = getattr(hf_config, "text_config", hf_config)
     model_config = SimpleNamespace(hf_config=hf_config, dtype=torch.bfloat16, get_head_size=lambda: text.head_dim,
                                    get_num_kv_heads=lambda parallel: text.num_key_value_heads)
     vllm_config = SimpleNamespace(model_config=model_config, cache_config=SimpleNamespace(block_size=64),
                                   parallel_config=None)
-    spec = generator_classes()[name].get_kv_cache_spec(vllm_config)
+    spec = cls.get_kv_cache_spec(vllm_config)
     if spec is None:
-        out.append(None)
-        continue
+        return None
     kinds = [[type(s).__name__, getattr(s, "sliding_window", None), s.num_kv_heads, s.head_size, s.block_size]
              for s in spec.values()]
     groups = [[int(layer.split(".")[2]) for layer in g.layer_names]
               for g in _get_kv_cache_groups_uniform_page_size(spec)]
-    out.append({"names": list(spec), "kinds": kinds, "groups": groups})
-print("RESULT " + json.dumps(out))
-'''
+    return {"names": list(spec), "kinds": kinds, "groups": groups}
 
 
 def _gemma3_4b_text() -> Gemma3TextConfig:
@@ -57,10 +46,7 @@ def test_kv_cache_spec_and_vllm_groups():
                                                 num_key_value_heads=1, head_dim=32, sliding_window=256)),
              (LlamaForCausalLM, MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
                                               num_key_value_heads=1, head_dim=32, sliding_window=None))]
-    arg = json.dumps([[cls.__name__, config.to_dict()] for cls, config in cases])
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, arg], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    results = [_vllm_view(cls, config) for cls, config in cases]
     for (cls, config), result in zip(cases, results):
         windows = cls.layer_windows(config)
         groups = cls.kv_cache_groups(config)
