@@ -12,7 +12,7 @@ import torch
 
 from tt_models.runtime import ttnn, use
 from tt_models.tt.decode_inputs import HostInputs
-from tt_models.tt.generator import Generator
+from tt_models.tt.generator import Generator, as_torch
 from tt_models.tt.image_text import ImageTextModel
 
 
@@ -31,6 +31,25 @@ def per_row(rows: Sequence[Any], **inputs: Sequence[Any] | None) -> list[list[An
         counts = ", ".join(f"{len(entries)} {name}" for name, entries in zip(inputs, lists))
         raise ValueError(f"{len(rows)} prefill rows, {counts} entries")
     return lists
+
+
+def row_images(pixel_values: Any, image_sizes: Any = None) -> list[torch.Tensor]:
+    """One row's images ``[C, h, w]`` in prompt order: from None, one tensor or a list of per-item tensors
+    (``[C, h, w]``, or ``[n, C, H, W]``: Gemma 3's crops, HF's padded batch), cropped to ``image_sizes [n, 2]`` when
+    given (Mistral 3's images at their own sizes)."""
+    if pixel_values is None:
+        return []
+    items = [pixel_values] if isinstance(pixel_values, torch.Tensor) else list(pixel_values)
+    images = []
+    for item in items:
+        item = as_torch(item, torch.float32)
+        images += [item] if item.dim() == 3 else list(item)
+    if image_sizes is None:
+        return images
+    sizes = as_torch(image_sizes).reshape(-1, 2).tolist()
+    if len(sizes) != len(images):
+        raise ValueError(f"{len(images)} images but {len(sizes)} image_sizes")
+    return [image[:, :h, :w] for image, (h, w) in zip(images, sizes)]
 
 
 def chunk_start(start: int, kv_cache: Any) -> int:

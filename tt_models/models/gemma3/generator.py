@@ -27,20 +27,7 @@ from tt_models.models.gemma3.model import Gemma3Model, text_precision
 from tt_models.models.gemma3.text import Gemma3Text, layer_windows, text_state
 from tt_models.runtime import ttnn, use
 from tt_models.tt.generator import Generator, as_torch
-from tt_models.tt.image_text_generator import ImageTextGenerator, table_rows
-
-
-def row_images(pixel_values: Any) -> list[torch.Tensor]:
-    """One row's images ``[C, H, W]`` in prompt order: from None, one tensor or a list of per-item tensors, each
-    ``[C, H, W]`` or ``[crops, C, H, W]``."""
-    if pixel_values is None:
-        return []
-    items = [pixel_values] if isinstance(pixel_values, torch.Tensor) else list(pixel_values)
-    images = []
-    for item in items:
-        item = as_torch(item, torch.float32)
-        images += [item] if item.dim() == 3 else list(item)
-    return images
+from tt_models.tt.image_text_generator import ImageTextGenerator, chunk_start, per_row, row_images, table_rows
 
 
 def _row_of(group_tables: list[torch.Tensor] | None, row: int) -> list[torch.Tensor] | None:
@@ -69,9 +56,7 @@ class Gemma3ForConditionalGeneration(ImageTextGenerator):
         tokens, rows = self.prefill_rows(tokens, prompt_lens, start_pos, empty_slots)
         page_table = as_torch(page_table, torch.int32)
         groups = self.group_page_tables(page_tables_per_group, page_tables_per_layer)
-        pixel_values = [None] * len(rows) if pixel_values is None else list(pixel_values)
-        if len(pixel_values) != len(rows):
-            raise ValueError(f"{len(rows)} prefill rows but {len(pixel_values)} pixel_values entries")
+        [pixel_values] = per_row(rows, pixel_values=pixel_values)
         out = []
         for row, (start, end, replica) in enumerate(rows):
             with use(self.devices[replica]):
@@ -86,13 +71,8 @@ class Gemma3ForConditionalGeneration(ImageTextGenerator):
                      images: list[torch.Tensor], replica: int, kv_cache: Any, on_device: bool,
                      group_tables: list[torch.Tensor] | None) -> Any:
         model = self.models[replica]
-        is_image = tokens[:end] == self.image_token_id
-        if not bool(is_image.any()):
-            if images:
-                raise ValueError(f"prefill row {row}: {len(images)} images but no image tokens in the prompt")
-            return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, group_tables=group_tables)
-        block_size = kv_cache[0][0].shape[2]
-        if not bool(is_image[start // block_size * block_size:].any()):  # the chunk run holds no image tokens
+        is_image = self.image_mask(row, tokens, end, images)
+        if is_image is None or not bool(is_image[chunk_start(start, kv_cache):].any()):  # the chunk's run: text only
             return model.text.prefill(tokens, start, end, page_table, kv_cache, on_device, group_tables=group_tables)
         # Image tokens attend their whole image both ways, which only a first chunk's masked SDPA can do: a later
         # chunk holding some (a recomputation, a one-token step) reruns the prompt from position 0, rewriting the

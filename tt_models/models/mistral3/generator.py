@@ -22,25 +22,7 @@ import torch
 from tt_models.models.mistral3.model import Mistral3Model
 from tt_models.runtime import ttnn, use
 from tt_models.tt.generator import as_torch
-from tt_models.tt.image_text_generator import ImageTextGenerator, chunk_start, per_row, table_rows
-
-
-def row_images(pixel_values: Any, image_sizes: Any = None) -> list[torch.Tensor]:
-    """One row's images ``[C, h, w]`` in prompt order: from None, a list of per-item tensors (``[C, h, w]`` or
-    ``[1, C, h, w]``), or HF's padded batch ``[n, C, H, W]`` (cropped to ``image_sizes [n, 2]`` when given)."""
-    if pixel_values is None:
-        return []
-    items = [pixel_values] if isinstance(pixel_values, torch.Tensor) else list(pixel_values)
-    images = []
-    for item in items:
-        item = as_torch(item, torch.float32)
-        images += [item] if item.dim() == 3 else list(item)
-    if image_sizes is None:
-        return images
-    sizes = as_torch(image_sizes).reshape(-1, 2).tolist()
-    if len(sizes) != len(images):
-        raise ValueError(f"{len(images)} images but {len(sizes)} image_sizes")
-    return [image[:, :h, :w] for image, (h, w) in zip(images, sizes)]
+from tt_models.tt.image_text_generator import ImageTextGenerator, chunk_start, per_row, row_images, table_rows
 
 
 class Mistral3ForConditionalGeneration(ImageTextGenerator):
