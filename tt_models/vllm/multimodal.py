@@ -117,14 +117,18 @@ class TTGemma3ProcessingInfo(Gemma3ProcessingInfo):
         return params
 
 
-class TTGemma3MultiModalProcessor(Gemma3MultiModalProcessor):
-    """vLLM's Gemma 3 processor, with its text-only step working under transformers 5."""
+class TextOnlyByTokenizer:
+    """A vLLM processor's text-only step as the tokenizer alone. vLLM tokenizes a prompt apart from its images (the
+    processor cache's path, the encoder budget's dummy inputs) by calling HF's processor on the text alone, which
+    transformers 5's Gemma3Processor and PixtralProcessor refuse ("Found 1 <start_of_image> / [IMG] tokens in the text
+    but no images were passed"); without images they only tokenize."""
 
     def _apply_hf_processor_text_only(self, prompt_text: str, tokenization_kwargs: Mapping[str, object]) -> list[int]:
-        # vLLM tokenizes a prompt apart from its images (the processor cache's path, the encoder budget's dummy
-        # inputs) by calling HF's processor on the text alone, which transformers 5's Gemma3Processor refuses ("Found
-        # 1 <start_of_image> tokens in the text but no images were passed"); without images it only tokenizes.
         return self.info.get_tokenizer()(prompt_text, **tokenization_kwargs)["input_ids"]
+
+
+class TTGemma3MultiModalProcessor(TextOnlyByTokenizer, Gemma3MultiModalProcessor):
+    """vLLM's Gemma 3 processor, with its text-only step working under transformers 5."""
 
 
 register_gemma3 = MULTIMODAL_REGISTRY.register_processor(
@@ -147,15 +151,10 @@ class TTMistral3ProcessingInfo(Mistral3ProcessingInfo):
         return {"image": MAX_IMAGES}
 
 
-class TTMistral3MultiModalProcessor(Mistral3MultiModalProcessor):
+class TTMistral3MultiModalProcessor(TextOnlyByTokenizer, Mistral3MultiModalProcessor):
     """vLLM's Mistral 3 processor (each [IMG] expanded to the image's rows with [IMG_BREAK] / [IMG_END]; pixel_values
     per item cropped to the image's size, so the image_sizes the plugin drops are the pixels' shape), with its
     text-only step working under transformers 5."""
-
-    def _apply_hf_processor_text_only(self, prompt_text: str, tokenization_kwargs: Mapping[str, object]) -> list[int]:
-        # As Gemma 3's: transformers 5's PixtralProcessor refuses text holding [IMG] without images ("Found 1 [IMG]
-        # tokens in the text but no images were passed"), which the encoder budget's dummy inputs take at startup.
-        return self.info.get_tokenizer()(prompt_text, **tokenization_kwargs)["input_ids"]
 
 
 register_mistral3 = MULTIMODAL_REGISTRY.register_processor(
