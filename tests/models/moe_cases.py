@@ -7,10 +7,11 @@ its own (pytest collects them there, under that module's name). Both families' m
 The tiny models (``tt_models.testing.moe``: 8 experts, top 2, hidden 64) route the test's tokens to every expert of
 every sparse layer (asserted on HF's router), so each expert's weights reach the logits the tests compare. Teacher-
 forced along HF's greedy continuations (three requests, one joining late), every prefill and decode step's logits
-must have PCC >= 0.99 with HF's (accuracy profile), but at a routing near-tie: where HF's router puts the k-th and
-the (k+1)-th expert within ``NEAR_TIE`` logits of each other, the bfloat16 activations may pick the other one, and
-that token's logits then differ as much as two experts do (PCC down to 0.45 seen: this is what routing is, not an
-error). Near-ties are rare (asserted) and printed. The performance profile stores the experts in bfloat4_b, which in
+must have PCC >= 0.99 with HF's (accuracy profile), but for at most ``MAX_FLIPPED_STEPS`` steps, each at a routing
+near-tie: where HF's router puts the k-th and the (k+1)-th expert within ``NEAR_TIE`` logits of each other, the
+bfloat16 activations may pick the other one, and that token's logits then differ as much as two experts do (PCC down
+to 0.46 seen: this is what routing is, not an error; float32 router weights do not change it, the activations decide).
+Every step below 0.99 is printed with whether it is a near-tie. The performance profile stores the experts in bfloat4_b, which in
 these tiny models, whose logits the experts dominate, moves the logits far more (its median PCC is asserted at the
 family's floor and printed with the minimum). Free-running greedy tokens follow HF's under the closeness rule
 (``tests/closeness.py``; accuracy profile: the performance one parts from HF at the first tokens). Over 2 and 4
@@ -43,6 +44,9 @@ PROMPT_LENS = (20, 37, 9)
 # Router logit gap (k-th minus (k+1)-th expert) below which the accuracy profile's activations may route otherwise
 # than HF's float32: flips were seen at gaps of 0.008 to 0.021, and one between 0.05 and 0.1 (logits about 2 apart).
 NEAR_TIE = 0.1
+# Accuracy-profile steps below PCC 0.99 allowed, each at a near-tie: 2 and 1 of 99 measured for the Qwen3-MoE configs,
+# 0 for GPT-OSS's.
+MAX_FLIPPED_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -144,19 +148,22 @@ def test_teacher_forced_steps_match_hf(family, host_device, model_case, profile)
 
     def check(i, logits):
         position = len(requests[i].tokens) - 1
-        (tied if position in case.near_ties[i] else scores).append(pcc(logits, case.logits[i][position]))
+        scores.append(pcc(logits, case.logits[i][position]))
+        tied.append(position in case.near_ties[i])
         owned.update(requests[i].blocks)
 
     teacher_forced_steps(_driver(model, kv), requests, case.sequences, slots=(0, 2, 1), join_after=10,
                          new_tokens=NEW_TOKENS, delivery="decode", check=check)
-    print(f"\n{case.name} {profile}: {len(scores)} steps, min PCC {min(scores):.5f}; {len(tied)} at routing "
-          f"near-ties, PCC {sorted(round(s, 3) for s in tied)}")
-    assert len(scores) + len(tied) == 3 * (NEW_TOKENS + 1) and len(tied) <= 0.25 * len(scores)
+    assert len(scores) == 3 * (NEW_TOKENS + 1)
+    print(f"\n{case.name} {profile}: {len(scores)} steps ({sum(tied)} at routing near-ties), min PCC "
+          f"{min(scores):.5f}, median {statistics.median(scores):.4f}")
     if profile == "accuracy":
-        assert min(scores) >= 0.99
+        below = [(round(s, 3), t) for s, t in zip(scores, tied) if s < 0.99]
+        print(f"below 0.99 (PCC, at a near-tie): {below}")
+        # Only a step where HF's own routing is a near-tie may fall below 0.99, and only a few of them.
+        assert all(t for _, t in below) and len(below) <= MAX_FLIPPED_STEPS
     else:
-        print(f"median PCC {statistics.median(scores + tied):.4f}")
-        assert statistics.median(scores + tied) >= family.performance_median
+        assert statistics.median(scores) >= family.performance_median
     assert_unowned_blocks_untouched(kv, owned, NUM_BLOCKS)
 
 
