@@ -6,7 +6,7 @@ The shared routed-expert tests of :mod:`tests.models.moe_cases` run on a tiny co
 and a full one, YaRN from 32 positions) whose sequences (up to 69 tokens) reach past the window and the original
 context in prefill and decode, with its attention made to count (:func:`tt_models.testing.moe.perturb_experts`:
 without the sinks, the window or YaRN's attention factor HF's own logits part from themselves to a PCC of 0.64, 0.45
-and 0.68, asserted below). Accuracy profile: PCC >= 0.99 at every step off routing near-ties (min 0.9992 measured);
+and 0.68, asserted below). Accuracy profile: PCC >= 0.99 at every step (min 0.9992 measured);
 the performance profile (bfloat8_b attention, bfloat4_b experts) is held to a median >= 0.95 (0.990 measured, min
 0.95). Here too: the rotary frequencies and attention factor are HF's own YaRN ones, and an MXFP4
 checkpoint loads through the normal loader (dequantized by transformers' own function), with the error of its

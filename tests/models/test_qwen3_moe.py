@@ -1,6 +1,6 @@
 """Qwen3-MoE (``Qwen3MoeForCausalLM``: routed experts, :mod:`tt_models.tt.moe`) driven as TT vLLM drives it, on the
 host backend against HF's float32 model: the shared routed-expert tests of :mod:`tests.models.moe_cases` (every
-teacher-forced step's PCC with routing near-ties reported apart, every expert routed, free-running greedy tokens,
+teacher-forced step's PCC, below 0.99 only at a few routing near-ties, every expert routed, free-running greedy tokens,
 experts over 2 and 4 chips, per-chip bytes, traced decode), on a model renormalizing its top-k weights and one keeping
 the softmax's. The performance profile (bfloat4_b experts, which dominate these tiny models' logits) is held to a
 median PCC >= 0.9.
