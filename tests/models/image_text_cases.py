@@ -7,7 +7,7 @@ The shared tests, on a tiny random config, host backend, both precision profiles
 prefill logits of a batch holding a one-image row, a two-image row and a text-only row, then every decode step along
 HF's greedy continuation, against HF's full forward over the sequence), PCC at the family's threshold per profile;
 free-running greedy tokens against HF ``generate`` under the closeness rule (:mod:`tests.closeness`); every
-teacher-forced step on a 1 x 2 host mesh (the families that run it); on the mock
+teacher-forced step on 1 x 2 and 1 x 4 host meshes; on the mock
 n150, prefill (a two-image row and a text-only row) and a decode step with the real ttnn validating every call
 (values read back are zeros there, so only shapes are checked). (Tensor-parallel on a mock n300, every family in one
 process: ``tests/models/test_image_text_n300.py``, the family's cases run under its ``name``.)
@@ -61,6 +61,9 @@ class ImageTextFamily:
     new_tokens: int  # HF's greedy continuation: the decode steps compared
     thresholds: dict[str, float]  # PCC against HF per profile
     mock_text_len: int  # the mock n150's text-only row
+    # ``tiny``'s overrides for a 1 x 4 mesh: every width a multiple of 4 x 32 (each chip holds whole tiles of the
+    # residual stream), the head counts as they are (fewer heads than chips: padded and replicated).
+    four_chips: dict[str, Any]
     reference: Callable[[Any, dict], torch.Tensor] = hf_logits  # HF's logits [S, V] of hf_inputs
     rope_delta: Callable[[Any, list[int], Images], int] | None = None  # M-RoPE: HF's delta of an image prompt
     prompts_longer_than: int = 0  # (Gemma 3: the sliding window)
@@ -222,17 +225,23 @@ def test_prefill_and_teacher_forced_decode_match_hf(family, cases, ours, profile
     assert min(prefill) >= threshold and min(decode) >= threshold
 
 
-def test_two_chips_match_hf(family, hf, cases):
-    """Tensor-parallel over a 1 x 2 host mesh (the towers' heads and MLPs, the text heads and vocabulary split; a text
-    KV head replicated where there is one): every teacher-forced step as on one chip, against HF."""
-    device = open_device("host", mesh_shape=(1, 2))
+@pytest.mark.parametrize("mesh_shape", [(1, 2), (1, 4)], ids=["1x2", "1x4"])
+def test_mesh_matches_hf(family, hf, images, cases, mesh_shape):
+    """Tensor-parallel over a host mesh (the towers' heads and MLPs, the text heads and vocabulary split; heads fewer
+    than the chips padded with zero heads, a KV head replicated): every teacher-forced step as on one chip, against
+    HF. Over 4 chips the tiny model is ``family.four_chips`` wider, its own HF reference."""
+    if mesh_shape[1] == 4:
+        hf = family.tiny(**family.four_chips)
+        cases = build_cases(family, hf, images)
+    device = open_device("host", mesh_shape=mesh_shape)
     try:
         run = teacher_forced(family, hf, device, "accuracy", cases)
     finally:
         close_device(device)
-    scores = [pcc(a, b) for o, c in zip(run.logits, cases) for a, b in zip(o, c.reference)]
-    print(f"\n1 x 2 mesh: min PCC {min(scores):.5f} over every step")
-    assert min(scores) >= family.thresholds["accuracy"]
+    scores = [[pcc(a, b) for a, b in zip(o, c.reference)] for o, c in zip(run.logits, cases)]
+    print(f"\n{mesh_shape[0]} x {mesh_shape[1]} mesh: min PCC over every step {[round(min(s), 5) for s in scores]} "
+          "(one image, two images, text only)")
+    assert min(min(s) for s in scores) >= family.thresholds["accuracy"]
 
 
 @pytest.mark.numerics

@@ -1,11 +1,11 @@
 """Gemma 3 against HF transformers (float32) on a tiny random config, host backend, both precision profiles.
 
 The shared image+text tests (:mod:`tests.models.image_text_cases`: every teacher-forced prefill and decode step of a
-one-image, a two-image and a text-only request, PCC >= 0.99; free-running greedy against HF ``generate``), with every
-prompt longer than the sliding window and HF's forward given ``token_type_ids`` (its bidirectional image attention);
-and Gemma's own: the image tokens of the vision tower + projector (vision heads of 32, and of 48 zero-padded to whole
-tiles); the prefill masks against HF's own; each Gemma-specific path shown live (the logits leave HF's without it); a
-later prefill chunk; traced decode and device sampling (meshes: ``test_tensor_parallel.py``).
+one-image, a two-image and a text-only request, PCC >= 0.99, on one chip, 1 x 2 and 1 x 4 host meshes; free-running
+greedy against HF ``generate``), with every prompt longer than the sliding window and HF's forward given
+``token_type_ids`` (its bidirectional image attention); and Gemma's own: the image tokens of the vision tower +
+projector (vision heads of 32, and of 48 zero-padded to whole tiles); the prefill masks against HF's own; each Gemma-specific path shown live (the logits leave HF's without it); a
+later prefill chunk; traced decode and device sampling (greedy over meshes: ``test_tensor_parallel.py``).
 
 HF's ``Gemma3ForConditionalGeneration`` does not apply ``final_logit_softcapping`` (only ``Gemma3ForCausalLM`` and
 vLLM's Gemma 3 do); the reference logits here are HF's, capped as the config says. The cap is monotonic: greedy
@@ -44,7 +44,8 @@ FAMILY = ImageTextFamily(
     reference=lambda hf, inputs: capped(hf, hf(**inputs).logits[0]),
     # (width, height) before the processor resizes them to 64 x 64: landscape, portrait, square.
     images=[(80, 50), (40, 60), (64, 64)], texts=[(12, 25), (3, 4, 9), (45,)], prompts_longer_than=SLIDING_WINDOW,
-    new_tokens=12, thresholds={"accuracy": 0.99, "performance": 0.99}, mock_text_len=40)
+    new_tokens=12, thresholds={"accuracy": 0.99, "performance": 0.99}, mock_text_len=40,
+    four_chips=dict(hidden_size=128))  # the tower's 2 heads of 64 (the text's 128 splits as it is)
 # The shared fixtures, and tests (below, in the order they run), collected here for FAMILY.
 family = shared.family_fixture(FAMILY)
 hf, images, cases, ours = shared.hf, shared.images, shared.cases, shared.ours
@@ -141,6 +142,7 @@ def test_later_prefill_chunk_matches_hf(hf, cases, host_device):
 
 
 test_free_running_greedy_agrees_with_hf_generate = shared.test_free_running_greedy_agrees_with_hf_generate
+test_mesh_matches_hf = shared.test_mesh_matches_hf
 
 
 def test_traced_decode_and_device_sampling(hf, cases, host_device):

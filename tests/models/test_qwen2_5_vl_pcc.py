@@ -2,9 +2,10 @@
 
 The shared image+text tests (:mod:`tests.models.image_text_cases`: every teacher-forced prefill and decode step of a
 one-image, a two-image and a text-only request against HF's full forward over the sequence, i.e. its M-RoPE positions
-(position + rope delta past the prompt), PCC >= 0.99; the prefill's deltas as HF's; free-running greedy against HF
-``generate``); and Qwen's own: the vision tower's output for images of several sizes and aspect ratios (window
-attention live), its window layout and the M-RoPE positions as HF's, the per-slot deltas following ``slot_remap``.
+(position + rope delta past the prompt), PCC >= 0.99, on one chip, 1 x 2 and 1 x 4 host meshes; the prefill's deltas
+as HF's; free-running greedy against HF ``generate``); and Qwen's own: the vision tower's output for images of several
+sizes and aspect ratios (window attention live), its window layout and the M-RoPE positions as HF's, the per-slot
+deltas following ``slot_remap``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ FAMILY = ImageTextFamily(
     rope_delta=rope_delta,
     # (width, height): landscape (8 x 14 patches), portrait (12 x 4), the smallest (4 x 4), square (10 x 10).
     images=[(200, 120), (60, 180), (56, 56), (140, 140)], texts=[(5, 7), (3, 4, 6), (23,)], new_tokens=10,
-    thresholds={"accuracy": 0.99, "performance": 0.99}, mock_text_len=20)
+    thresholds={"accuracy": 0.99, "performance": 0.99}, mock_text_len=20,
+    four_chips=dict(hidden_size=128))  # the tower's 2 heads of 64 (the text's 128 splits as it is)
 # The shared fixtures, and tests (below, in the order they run), collected here for FAMILY.
 family = shared.family_fixture(FAMILY)
 hf, images, cases, ours = shared.hf, shared.images, shared.cases, shared.ours
@@ -87,6 +89,7 @@ def test_vision_tower_matches_hf(hf, images, host_device, profile):
 
 test_prefill_and_teacher_forced_decode_match_hf = shared.test_prefill_and_teacher_forced_decode_match_hf
 test_free_running_greedy_agrees_with_hf_generate = shared.test_free_running_greedy_agrees_with_hf_generate
+test_mesh_matches_hf = shared.test_mesh_matches_hf
 
 
 @pytest.mark.parametrize("remap", [True, False], ids=["slot_remap", "remap_ignored"])

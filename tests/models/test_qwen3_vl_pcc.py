@@ -5,8 +5,8 @@ one-image, a two-image (of different sizes) and a text-only request against HF's
 its interleaved M-RoPE positions (position + rope delta past the prompt) and DeepStack, PCC >= 0.99; the prefill's
 deltas as HF's; free-running greedy against HF ``generate``); and Qwen3-VL's own: the vision tower's tokens and
 DeepStack features for images of several sizes (the learned position grid resampled to each), the M-RoPE positions as
-HF's, ablations showing DeepStack, the interleaved M-RoPE layout and the position resampling live, every step on a
-1 x 2 host mesh, and bad image inputs refused.
+HF's, ablations showing DeepStack, the interleaved M-RoPE layout and the position resampling live, every step on
+1 x 2 and 1 x 4 host meshes, and bad image inputs refused.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ FAMILY = ImageTextFamily(
     rope_delta=rope_delta,
     # (width, height): landscape (12 x 8 patches), portrait (4 x 12), the smallest (2 x 2).
     images=[(200, 120), (60, 180), (30, 30)], texts=[(5, 7), (3, 4, 6), (23,)], new_tokens=8,
-    thresholds={"accuracy": 0.99, "performance": 0.99}, mock_text_len=20)
+    thresholds={"accuracy": 0.99, "performance": 0.99}, mock_text_len=20,
+    # Both widths 128: the tower's 2 heads 64 wide, the text's 2 heads of 32 and its KV head as they are.
+    four_chips=dict(hidden_size=128, out_hidden_size=128, text=dict(hidden_size=128)))
 # The shared fixtures, and tests (below, in the order they run), collected here for FAMILY.
 family = shared.family_fixture(FAMILY)
 hf, images, cases, ours = shared.hf, shared.images, shared.cases, shared.ours
@@ -131,7 +133,7 @@ def test_deepstack_and_interleaved_mrope_are_live(hf, cases, host_device, ablati
 test_free_running_greedy_agrees_with_hf_generate = shared.test_free_running_greedy_agrees_with_hf_generate
 
 
-test_two_chips_match_hf = shared.test_two_chips_match_hf
+test_mesh_matches_hf = shared.test_mesh_matches_hf
 
 
 def test_bad_image_inputs_are_refused(hf, cases, host_device):
