@@ -4,8 +4,9 @@ The shared image+text tests (:mod:`tests.models.image_text_cases`: every teacher
 one-image, a two-image and a text-only request, PCC >= 0.99, on one chip, 1 x 2 and 1 x 4 host meshes; free-running
 greedy against HF ``generate``), with every prompt longer than the sliding window and HF's forward given
 ``token_type_ids`` (its bidirectional image attention); and Gemma's own: the image tokens of the vision tower +
-projector (vision heads of 32, and of 48 zero-padded to whole tiles); the prefill masks against HF's own; each Gemma-specific path shown live (the logits leave HF's without it); a
-later prefill chunk; traced decode and device sampling (greedy over meshes: ``test_tensor_parallel.py``).
+projector (vision heads of 32, and of 48 zero-padded to whole tiles); the prefill masks against HF's own; each
+Gemma-specific path shown live (the logits leave HF's without it); a later prefill chunk; traced decode and device
+sampling (greedy over meshes: ``test_tensor_parallel.py``).
 
 HF's ``Gemma3ForConditionalGeneration`` does not apply ``final_logit_softcapping`` (only ``Gemma3ForCausalLM`` and
 vLLM's Gemma 3 do); the reference logits here are HF's, capped as the config says. The cap is monotonic: greedy
