@@ -11,9 +11,9 @@ must have PCC >= 0.99 with HF's (accuracy profile), but for at most ``MAX_FLIPPE
 near-tie: where HF's router puts the k-th and the (k+1)-th expert within ``NEAR_TIE`` logits of each other, the
 bfloat16 activations may pick the other one, and that token's logits then differ as much as two experts do (PCC down
 to 0.46 seen: this is what routing is, not an error; float32 router weights do not change it, the activations decide).
-Every step below 0.99 is printed with whether it is a near-tie. The performance profile stores the experts in bfloat4_b, which in
-these tiny models, whose logits the experts dominate, moves the logits far more (its median PCC is asserted at the
-family's floor and printed with the minimum). Free-running greedy tokens follow HF's under the closeness rule
+Every step below 0.99 is printed with whether it is a near-tie. The performance profile stores the experts in
+bfloat4_b, which in these tiny models, whose logits the experts dominate, moves the logits far more (its median PCC
+is asserted at the family's floor and printed with the minimum). Free-running greedy tokens follow HF's under the closeness rule
 (``tests/closeness.py``; accuracy profile: the performance one parts from HF at the first tokens). Over 2 and 4
 chips (experts split, attention tensor-parallel) greedy tokens follow one chip's, and each chip holds 1/N of the
 experts' bytes; traced decode equals eager decode bit for bit.
@@ -140,8 +140,18 @@ def test_every_expert_is_routed(model_case):
 @pytest.mark.numerics
 @pytest.mark.parametrize("profile", PROFILES)
 def test_teacher_forced_steps_match_hf(family, host_device, model_case, profile):
-    case = model_case
-    model, kv = _generator(family, case.path, host_device, profile)
+    scores, tied = teacher_forced_scores(family, model_case, host_device, profile)
+    if profile == "accuracy":
+        assert_accurate(scores, tied)
+    else:
+        assert statistics.median(scores) >= family.performance_median
+
+
+def teacher_forced_scores(family: MoeFamily, case: ModelCase, device: Any,
+                          profile: str) -> tuple[list[float], list[bool]]:
+    """Each prefill and decode step's logits PCC with HF's (three requests fed HF's greedy continuations, one joining
+    late) on ``device``, and whether HF's routing was a near-tie there; no block but the requests' touched."""
+    model, kv = _generator(family, case.path, device, profile)
     fill_nan(kv)
     requests = [Request(tokens=p.tolist(), prompt_len=len(p)) for p in case.prompts]
     scores, tied, owned = [], [], set()
@@ -155,16 +165,18 @@ def test_teacher_forced_steps_match_hf(family, host_device, model_case, profile)
     teacher_forced_steps(_driver(model, kv), requests, case.sequences, slots=(0, 2, 1), join_after=10,
                          new_tokens=NEW_TOKENS, delivery="decode", check=check)
     assert len(scores) == 3 * (NEW_TOKENS + 1)
-    print(f"\n{case.name} {profile}: {len(scores)} steps ({sum(tied)} at routing near-ties), min PCC "
-          f"{min(scores):.5f}, median {statistics.median(scores):.4f}")
-    if profile == "accuracy":
-        below = [(round(s, 3), t) for s, t in zip(scores, tied) if s < 0.99]
-        print(f"below 0.99 (PCC, at a near-tie): {below}")
-        # Only a step where HF's own routing is a near-tie may fall below 0.99, and only a few of them.
-        assert all(t for _, t in below) and len(below) <= MAX_FLIPPED_STEPS
-    else:
-        assert statistics.median(scores) >= family.performance_median
+    print(f"\n{case.name} {profile} over {device.get_num_devices()} chips: {len(scores)} steps ({sum(tied)} at "
+          f"routing near-ties), min PCC {min(scores):.5f}, median {statistics.median(scores):.4f}")
     assert_unowned_blocks_untouched(kv, owned, NUM_BLOCKS)
+    return scores, tied
+
+
+def assert_accurate(scores: list[float], tied: list[bool]) -> None:
+    """The accuracy profile's rule: only a step where HF's own routing is a near-tie may fall below PCC 0.99, and only
+    a few of them."""
+    below = [(round(s, 3), t) for s, t in zip(scores, tied) if s < 0.99]
+    print(f"below 0.99 (PCC, at a near-tie): {below}")
+    assert all(t for _, t in below) and len(below) <= MAX_FLIPPED_STEPS
 
 
 @pytest.mark.numerics
@@ -207,7 +219,11 @@ def test_experts_over_chips_give_the_one_chip_tokens(family, chips):
     """Experts split over 2 and 4 chips (E/N whole experts a chip, the down projection's partial sums reduce-scattered
     into the fractured residual) with the attention tensor-parallel: free-running greedy tokens follow one chip's under
     the closeness rule."""
-    hf = tiny_moe(family.tp_config)
+    assert_greedy_follows_one_chip(family, tiny_moe(family.tp_config), chips)
+
+
+def assert_greedy_follows_one_chip(family: MoeFamily, hf: Any, chips: int) -> None:
+    """Free-running greedy tokens of two requests over ``chips`` chips follow one chip's under the closeness rule."""
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(3, hf.config.vocab_size, (n,), generator=g) for n in PROMPT_LENS[:2]]
     runs = {}
