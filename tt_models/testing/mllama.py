@@ -33,9 +33,11 @@ TEXT = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, inter
 # std hidden ** -0.5 (variance-preserving, so each layer's branch is O(1) beside the residual as in a trained
 # checkpoint, not HF's 0.02 under which the random image and the text layers barely reach the logits), and only
 # its tanh gates are drawn from uniform(0.3, 1.2), see ``SCALAR_GATES_ONLY``.
+# "heads80": vision heads of 80 as the real checkpoints' (1280 / 16), which the attention zero-pads to whole tiles.
 TP_WIDTH = 256
 CONFIGS = {
     "tiny": (VISION, TEXT),
+    "heads80": (dict(VISION, hidden_size=160, vision_output_dim=160 * 3, initializer_range=160 ** -0.5), TEXT),
     "tp": (dict(VISION, hidden_size=TP_WIDTH, attention_heads=8, intermediate_size=512,
                 vision_output_dim=TP_WIDTH * 3, initializer_range=TP_WIDTH ** -0.5),
            dict(TEXT, hidden_size=TP_WIDTH, num_attention_heads=8, num_key_value_heads=2, intermediate_size=512,

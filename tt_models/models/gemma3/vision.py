@@ -9,8 +9,8 @@ HF's ``SiglipVisionModel`` up to ``last_hidden_state`` (Gemma 3 does not use Sig
   host in the conv weight's ``(channel, row, column)`` order, patches row-major; then the learned position
   embeddings.
 - Encoder layers: ``h = x + attn(layer_norm1(x))``, ``out = h + fc2(gelu_tanh(fc1(layer_norm2(h))))``, bidirectional
-  attention over the image's patches with biases on every projection (heads zero-padded to whole tiles, as
-  tt-metal pads them: SigLIP-so400m's are 72 wide).
+  attention over the image's patches with biases on every projection (SigLIP-so400m's heads of 72 zero-padded to
+  whole tiles by :class:`~tt_models.tt.encoder_attention.EncoderAttention`, as tt-metal pads them).
 - The post layernorm.
 
 On a mesh the patch embedding is column-parallel (its bias and the position embeddings split with it), the heads and
@@ -31,7 +31,6 @@ from tt_models.tt.mlp import FeedForward
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
 from tt_models.tt.patch_embedding import PatchEmbedding
-from tt_models.tt.rope import TILE
 from tt_models.tt.tensor_parallel import check_splits
 from tt_models.tt.weights import as_tensor
 
@@ -42,8 +41,7 @@ ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 class VisionArgs:
     dim: int
     n_heads: int
-    head_dim: int  # as the attention block runs it: the real one rounded up to whole tiles
-    real_head_dim: int
+    head_dim: int
     depth: int
     image_size: int
     patch_size: int
@@ -61,8 +59,7 @@ class VisionArgs:
         head_dim = vision_config.hidden_size // heads
         if vision_config.hidden_act not in ACTIVATIONS:
             raise ValueError(f"vision hidden_act {vision_config.hidden_act!r}: expected one of {list(ACTIVATIONS)}")
-        return cls(dim=vision_config.hidden_size, n_heads=heads, head_dim=-(-head_dim // TILE) * TILE,
-                   real_head_dim=head_dim,
+        return cls(dim=vision_config.hidden_size, n_heads=heads, head_dim=head_dim,
                    depth=vision_config.num_hidden_layers, image_size=vision_config.image_size,
                    patch_size=vision_config.patch_size, channels=vision_config.num_channels,
                    norm_eps=vision_config.layer_norm_eps, activation=ACTIVATIONS[vision_config.hidden_act])
@@ -76,26 +73,6 @@ def flat_patches(pixel_values: torch.Tensor, patch_size: int) -> torch.Tensor:
     return grid.reshape(batch, (height // p) * (width // p), channels * p * p)
 
 
-def padded_heads(state: dict[str, torch.Tensor], prefix: str, args: VisionArgs) -> dict[str, torch.Tensor]:
-    """The attention's weights with each head zero-padded from ``real_head_dim`` to ``head_dim`` (TT-NN's attention
-    takes whole tiles; SigLIP-so400m's heads are 72 wide): padded Q/K columns add nothing to the logits, padded V
-    columns come out zero and meet zero rows of the output projection, so the result is unchanged."""
-    heads, real, pad = args.n_heads, args.real_head_dim, args.head_dim - args.real_head_dim
-    if not pad:
-        return state
-    out = {}
-    for name in ("q_proj", "k_proj", "v_proj"):
-        for kind in ("weight", "bias"):
-            t = state[f"{prefix}{name}.{kind}"]
-            rows = torch.nn.functional.pad(t.reshape(heads, real, -1), (0, 0, 0, pad))
-            out[f"{prefix}{name}.{kind}"] = rows.reshape(heads * args.head_dim, *t.shape[1:])
-    weight = state[f"{prefix}out_proj.weight"]
-    out[f"{prefix}out_proj.weight"] = torch.nn.functional.pad(weight.reshape(args.dim, heads, real),
-                                                              (0, pad)).reshape(args.dim, -1)
-    out[f"{prefix}out_proj.bias"] = state[f"{prefix}out_proj.bias"]
-    return out
-
-
 class SiglipLayer(EncoderLayer):
     """``h = x + attn(layer_norm1(x))``, ``out = h + fc2(act(fc1(layer_norm2(h))))``."""
 
@@ -104,8 +81,7 @@ class SiglipLayer(EncoderLayer):
         attn = f"{prefix}self_attn."
         super().__init__(LayerNorm(state[f"{prefix}layer_norm1.weight"], state[f"{prefix}layer_norm1.bias"],
                                    args.norm_eps, device),
-                         EncoderAttention(args, padded_heads(state, attn, args), attn, device, weight_dtype,
-                                          scale=args.real_head_dim ** -0.5),
+                         EncoderAttention(args, state, attn, device, weight_dtype),
                          LayerNorm(state[f"{prefix}layer_norm2.weight"], state[f"{prefix}layer_norm2.bias"],
                                    args.norm_eps, device),
                          FeedForward(state, f"{prefix}mlp.", device, weight_dtype, args.activation))

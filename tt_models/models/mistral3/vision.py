@@ -33,7 +33,7 @@ from tt_models.tt.mlp import MLP
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.patch_embedding import PatchEmbedding
-from tt_models.tt.rope import TILE, transformation_matrix
+from tt_models.tt.rope import transformation_matrix
 from tt_models.tt.tensor_parallel import check_splits, fracture
 from tt_models.tt.weights import as_tensor
 
@@ -68,8 +68,6 @@ class VisionArgs:
         vision = hf_config.vision_config
         heads = vision.num_attention_heads
         head_dim = vision.hidden_size // heads
-        if head_dim % TILE:
-            raise ValueError(f"vision head_dim {head_dim} is not a multiple of 32, which TT-NN's attention requires")
         if vision.hidden_act not in ACTIVATIONS:
             raise ValueError(f"vision hidden_act {vision.hidden_act!r}: expected one of {list(ACTIVATIONS)}")
         layers = vision.num_hidden_layers

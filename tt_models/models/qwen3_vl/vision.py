@@ -35,7 +35,7 @@ from tt_models.tt.mlp import FeedForward
 from tt_models.tt.model_config import Precision
 from tt_models.tt.norm import LayerNorm
 from tt_models.tt.patch_embedding import PatchEmbedding
-from tt_models.tt.rope import TILE, transformation_matrix
+from tt_models.tt.rope import transformation_matrix
 from tt_models.tt.tensor_parallel import check_splits, gather
 from tt_models.tt.weights import as_tensor
 
@@ -71,8 +71,6 @@ class VisionArgs:
     def from_hf(cls, vision_config: Any) -> "VisionArgs":
         heads = vision_config.num_heads
         head_dim = vision_config.hidden_size // heads
-        if head_dim % TILE:
-            raise ValueError(f"vision head_dim {head_dim} is not a multiple of 32, which TT-NN's attention requires")
         if vision_config.hidden_act not in ACTIVATIONS:
             raise ValueError(f"vision hidden_act {vision_config.hidden_act!r}: expected one of {list(ACTIVATIONS)}")
         side = int(vision_config.num_position_embeddings ** 0.5)
