@@ -3,7 +3,8 @@
 Computed from each model's dims with tt-models' placement, the rules ``tests/models/test_tp_memory.py`` checks
 byte for byte on instantiated models (split weights 1/N per chip, norms and rotary matrices whole on every chip,
 KV heads ``kv_heads // min(N, kv_heads)`` per chip with their K/V projection columns, query groups padded to whole
-heads per chip, the vocabulary padded to whole tiles per chip, TILE weights in whole tiles of their dtype). The KV
+heads per chip, the vocabulary padded to whole tiles per chip, a hidden size that does not split into whole tiles per
+chip zero-padded until it does, TILE weights in whole tiles of their dtype). The KV
 pool gets what a chip's DRAM leaves after its weights, less the tenth the engine keeps for activations, trace and
 programs (``ModelRunner``'s default pool). Mixture-of-experts layers count their experts as ``tt_models/tt/moe.py``
 holds them (:class:`Experts`). DRAM-sharded decode weights pad their columns to whole tiles per DRAM bank (about 2%
@@ -15,8 +16,9 @@ more on Wormhole), not counted here.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tt_models.tt.hidden_padding import HiddenPadding
 from tt_models.tt.tensor_parallel import HeadSplit
 
 TILE = 32
@@ -93,14 +95,16 @@ class Decoder:
 
     def weights(self, chips: int, profile: tuple[str, ...]) -> float:
         attention, mlp, head, _ = profile
-        dim = self.attention.dim
+        padding = HiddenPadding.of(self.attention.dim, chips)  # a hidden size that does not split, zero-padded
+        layer_attention = self.attention if padding is None else replace(self.attention, dim=padding.padded)
+        dim = layer_attention.dim
         if self.experts is None:
             mlp_bytes = self.mlp_matrices * dim * self.hidden / chips * BYTES[mlp]
         else:
             mlp_bytes = self.experts.weights(dim, chips, mlp)
-        per_layer = self.attention.weights(chips, attention) + mlp_bytes + 4 * dim
+        per_layer = layer_attention.weights(chips, attention) + mlp_bytes + 4 * dim
         embedding = self.vocab * dim / chips * 2  # bfloat16, ROW_MAJOR, split on the hidden dim
-        cross = self.cross_layers * self.attention.weights(chips, attention)
+        cross = self.cross_layers * layer_attention.weights(chips, attention)
         return self.layers * per_layer + cross + embedding + dim * _vocab(self.vocab, chips) * BYTES[head] + 2 * dim
 
     def kv_block(self, chips: int, profile: tuple[str, ...], block: int) -> float:

@@ -23,6 +23,7 @@ CASES = {"llama-gqa": (lambda: tiny_model("llama-gqa"), LlamaForCausalLM),
          "qwen2-bias": (lambda: tiny_model("qwen2-bias"), Qwen2ForCausalLM),
          "qwen3-qk-norm": (lambda: tiny_model("qwen3-qk-norm"), Qwen3ForCausalLM),
          "mistral-window": (lambda: tiny_model("mistral-window"), MistralForCausalLM),
+         "qwen3-64-heads": (lambda: tiny_model("qwen3-64-heads"), Qwen3ForCausalLM),
          "gemma3-text": (tiny_gemma3_text, Gemma3ForCausalLM)}
 MAX_BATCH, BLOCK, NUM_BLOCKS, MAX_LEN = 4, 32, 24, 128
 NEW_TOKENS = 32

@@ -44,6 +44,13 @@ def test_n150(mock_device, checkpoint, config, optimizations):
     assert run(mock_device, checkpoint(config), 1, optimizations) == SHAPES
 
 
+@pytest.mark.parametrize("optimizations", PROFILES)
+def test_n150_with_more_query_heads_than_a_tile(mock_device, checkpoint, optimizations):
+    """64 query heads on the one chip, with Qwen3's per-head q/k norms: each user's decode heads are two tiles of
+    rows on its core (the norms read them as rows and shard them back), its 8 KV heads one."""
+    assert run(mock_device, checkpoint("qwen3-64-heads"), 1, optimizations) == SHAPES
+
+
 def test_n150_while_a_host_device_is_open(mock_device, checkpoint):
     """``ttnn`` follows the most recently opened device: with a host device opened after the mock one, the mock
     model must still build its inputs with the real ttnn (its entry points set the API per replica device)."""

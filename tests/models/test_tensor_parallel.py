@@ -58,6 +58,10 @@ DECODERS = {
     "llama 14 heads kv 2 < chips 4 padded": (_decoder(LlamaConfig, 14, 2, hidden=896), 4),
     "qwen3 q/k norms kv 2 = chips 2": (_decoder(Qwen3Config, 8, 2), 2),
     "qwen3 q/k norms kv 2 < chips 4": (_decoder(Qwen3Config, 8, 2), 4),
+    # Hidden sizes that do not split into whole tiles per chip, zero-padded (tt_models.tt.hidden_padding): 160 (5
+    # tiles) to 256 over 4 chips, 96 (3 tiles) to 256 over 8 (Qwen3's per-head Q/K norms keep their epsilon).
+    "llama hidden 160 padded to 256 over chips 4": (_decoder(LlamaConfig, 8, 2, hidden=160), 4),
+    "qwen3 hidden 96 padded to 256 over chips 8": (_decoder(Qwen3Config, 8, 2, hidden=96), 8),
 }
 SEQ2SEQ = {"whisper-multilingual-tp": 2, "bart-tp": 4, "mbart-tp": 8}  # case -> chips
 

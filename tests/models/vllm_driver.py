@@ -251,12 +251,14 @@ def teacher_forced_pcc(driver: VllmDriver, requests: list[Request], sequences: l
 
 
 def fill_nan(kv: list[list[Any]]) -> None:
-    """Every KV block NaN (host-backend tensors hold their values in ``.value``): a block read by mistake shows in the
-    logits, and :func:`assert_unowned_blocks_untouched` finds stray writes."""
+    """Every KV block NaN on every chip (host-backend tensors hold their values in ``.value``, a mesh's per chip in
+    ``.shards``): a block read by mistake shows in the logits, and :func:`assert_unowned_blocks_untouched` finds stray
+    writes."""
     for replica in kv:
         for layer in replica:
             for t in layer:
-                t.value.fill_(float("nan"))
+                for chip in _chips(t):
+                    chip.value.fill_(float("nan"))
 
 
 def assert_unowned_blocks_untouched(kv: list[list[Any]], ever_owned: set[int], num_blocks: int) -> None:
@@ -265,7 +267,13 @@ def assert_unowned_blocks_untouched(kv: list[list[Any]], ever_owned: set[int], n
     assert never_owned, "the test should leave some blocks unused"
     for layer in kv[0]:
         for t in layer:
-            assert torch.isnan(t.value[never_owned]).all(), "a block no request owned was written"
+            for chip in _chips(t):
+                assert torch.isnan(chip.value[never_owned]).all(), "a block no request owned was written"
+
+
+def _chips(t: Any) -> list[Any]:
+    """A host-backend tensor's per-chip tensors (itself on one chip)."""
+    return getattr(t, "shards", [t])
 
 
 def greedy_rows(driver: VllmDriver, requests: list[Request], slots: Sequence[int],

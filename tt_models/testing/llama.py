@@ -32,11 +32,17 @@ TP_CONFIGS = {
                                             num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=320,
                                             max_position_embeddings=512),
 }
+# More query heads on one chip than one tile of rows (64 over 8 KV heads, as GPT-OSS-20B's), with Qwen3's per-head
+# q/k norms, which decode runs on the heads' rows and shards back.
+MANY_HEADS_CONFIGS = {
+    "qwen3-64-heads": lambda: Qwen3Config(**COMMON | dict(num_attention_heads=64, num_key_value_heads=8,
+                                                          head_dim=32)),
+}
 
 
 def tiny_model(name: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    config = (TINY_CONFIGS | TP_CONFIGS)[name]()
+    config = (TINY_CONFIGS | TP_CONFIGS | MANY_HEADS_CONFIGS)[name]()
     config.attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config).eval()
     perturb(model)

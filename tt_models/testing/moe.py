@@ -44,6 +44,14 @@ TINY_CONFIGS = {
     # decode layouts split ``intermediate_size`` as a dense MLP's).
     "gpt-oss-tp": lambda: GptOssConfig(**GPT_OSS | dict(hidden_size=256, intermediate_size=256,
                                                         num_attention_heads=8)),
+    # A hidden size that, as the real models' 2880 (90 tiles) on 4 or 8 chips, does not split into whole tiles per
+    # chip: 160 (5 tiles), zero-padded to 256 on 4 and 8 chips (tt_models.tt.hidden_padding); experts 64 wide, like
+    # 2880 not whole tiles per chip over 4 (16 columns) or 8.
+    "gpt-oss-padded": lambda: GptOssConfig(**GPT_OSS | dict(hidden_size=160, num_attention_heads=8)),
+    # GPT-OSS-20B's attention geometry (64 query heads over 8 KV heads of 64) on one chip: more query heads than one
+    # tile of rows in decode.
+    "gpt-oss-64-heads": lambda: GptOssConfig(**GPT_OSS | dict(num_attention_heads=64, num_key_value_heads=8,
+                                                              head_dim=64)),
 }
 GPT_OSS_BLOCK = dict(hidden_size=64, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=320)

@@ -94,10 +94,15 @@ class Attention:
         self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, layout=decode.qkv, parallel="column")
         self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, args.head_dim), device,
                          weight_dtype, bias=state.get(f"{prefix}{out_proj}.bias"), layout=decode.wo, parallel="row")
-        # Each user's heads (padded to a tile of rows) on its own core, the cores of the rotary cos/sin.
-        self.decode_heads_memory_config = ttnn.create_sharded_memory_config(
-            (TILE, args.head_dim), user_cores(device, args.decode_rows), ttnn.ShardStrategy.HEIGHT,
-            ttnn.ShardOrientation.ROW_MAJOR, use_height_and_width_as_shard_shape=True)
+        # Each user's Q (and K/V) heads on its own core, the cores of the rotary cos/sin, padded to whole tiles of
+        # rows as nlp_create_qkv_heads_decode shards them: more than 32 heads a chip (GPT-OSS-20B's 64) make a taller
+        # shard per user, not more shards than users' cores (tt_transformers' SCORES_BATCHED_MM_OUTPUT_MEMCFG).
+        cores = user_cores(device, args.decode_rows)
+        self.decode_q_memory_config, self.decode_kv_memory_config = (
+            ttnn.create_sharded_memory_config((-(-heads // TILE) * TILE, args.head_dim), cores,
+                                              ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
+                                              use_height_and_width_as_shard_shape=True)
+            for heads in (self.n_local_heads, self.n_local_kv_heads))
 
     def forward_prefill(self, x: Any, kv_cache: tuple[Any, Any], page_table: Any, fill_page_table: Any,
                         chunk_start: int, rot: tuple[Any, Any] | None = None, trans_mat: Any = None,
@@ -154,7 +159,7 @@ class Attention:
             xqkv = ttnn.sharded_to_interleaved(xqkv, ttnn.L1_MEMORY_CONFIG)
         q, k, v = ttnn.experimental.nlp_create_qkv_heads_decode(
             xqkv, num_heads=self.n_local_heads, num_kv_heads=self.n_local_kv_heads,
-            memory_config=self.decode_heads_memory_config)
+            memory_config=self.decode_q_memory_config)
         ttnn.deallocate(xqkv)
         if self.qk_norms is not None:
             q, k = self._norm_heads(q, k, decode=True)
@@ -169,7 +174,7 @@ class Attention:
             memory_config=ttnn.DRAM_MEMORY_CONFIG)
         for t in (q, k, v):
             ttnn.deallocate(t)
-        attn_sharded = ttnn.interleaved_to_sharded(attn, self.decode_heads_memory_config)
+        attn_sharded = ttnn.interleaved_to_sharded(attn, self.decode_q_memory_config)
         ttnn.deallocate(attn)
         # One head per core, width-sharded: the layout the DRAM-sharded output matmul reads (ATTN_OUTPUT_PROGCFG).
         out = ttnn.experimental.nlp_concat_heads_decode(attn_sharded, num_heads=self.n_local_heads)
@@ -182,13 +187,14 @@ class Attention:
         """Q and K normed per head. Decode's heads are height-sharded one user per core, which the interleaved norm
         does not read: they are normed in L1 rows and sharded back for the rotary."""
         out = []
-        for heads, norm in zip((q, k), self.qk_norms):
+        for heads, norm, sharding in zip((q, k), self.qk_norms,
+                                         (self.decode_q_memory_config, self.decode_kv_memory_config)):
             rows = ttnn.sharded_to_interleaved(heads, ttnn.L1_MEMORY_CONFIG) if decode else heads
             normed = norm.forward(rows)
             ttnn.deallocate(rows)
             if decode:
                 ttnn.deallocate(heads)
-                sharded = ttnn.interleaved_to_sharded(normed, self.decode_heads_memory_config)
+                sharded = ttnn.interleaved_to_sharded(normed, sharding)
                 ttnn.deallocate(normed)
                 normed = sharded
             out.append(normed)

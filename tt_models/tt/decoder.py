@@ -40,12 +40,13 @@ class TransformerBlock:
                  precision: Precision, decode: DecodeConfigs, layers_prefix: str = "model.layers.") -> None:
         prefix = f"{layers_prefix}{layer}."
         self.decode = decode
-        self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.norm_eps, device)
+        self.attention_norm = RMSNorm(state[f"{prefix}input_layernorm.weight"], args.residual_norm_eps, device)
         attn = f"{prefix}self_attn."
         self.attention = Attention(replace(args, sliding_window=args.window(layer)), state, attn, device,
                                    precision.attention_weights, decode,
                                    qk_norms=head_norms(state, attn, args.norm_eps, device))
-        self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.norm_eps, device)
+        self.ffn_norm = RMSNorm(state[f"{prefix}post_attention_layernorm.weight"], args.residual_norm_eps,
+                                device)
         if args.experts is not None and layer in args.experts.sparse_layers:
             self.feed_forward = MoE(state, f"{prefix}mlp.", args.experts, device, precision.mlp_weights)
         else:

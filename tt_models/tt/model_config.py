@@ -101,6 +101,9 @@ class DecoderArgs:
     hidden_dim: int
     vocab_size: int
     norm_eps: float
+    # The residual stream's RMSNorms' epsilon: ``norm_eps`` unless the hidden size is zero-padded
+    # (:class:`~tt_models.tt.hidden_padding.HiddenPadding`); per-head norms keep ``norm_eps``.
+    residual_norm_eps: float
     tie_word_embeddings: bool
     max_batch_size: int
     max_seq_len: int
@@ -130,6 +133,7 @@ class DecoderArgs:
             hidden_dim=hf_config.intermediate_size,
             vocab_size=hf_config.vocab_size,
             norm_eps=hf_config.rms_norm_eps,
+            residual_norm_eps=hf_config.rms_norm_eps,
             tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
             max_batch_size=max_batch_size,
             max_seq_len=max_seq_len,

@@ -38,7 +38,8 @@ class LlamaForCausalLM(Generator):
                         optimizations: str | None = None) -> "LlamaForCausalLM":
         """Build from HF-named weights already in memory."""
         return cls.build_replicas(mesh_device, max_batch_size, tt_data_parallel, lambda device, users: LlamaModel(
-            hf_config, state, device, max_batch_size=users, max_seq_len=max_seq_len, optimizations=optimizations))
+            hf_config, state, device, max_batch_size=users, max_seq_len=max_seq_len, optimizations=optimizations,
+            pad_hidden=True))
 
     def warmup_model_prefill(self, kv_cache: Any = None, enable_trace: bool = False, can_sample_on_device: bool = False,
                              **kwargs: Any) -> None:

@@ -16,28 +16,36 @@ from tt_models.tt.decode_configs import DecodeConfigs, reshard
 from tt_models.tt.decode_inputs import HostInputs, advanced_positions, host_ints, to_device, tracked_ints
 from tt_models.tt.decoder import TransformerBlock
 from tt_models.tt.embedding import Embedding
+from tt_models.tt.hidden_padding import HiddenPadding
 from tt_models.tt.kv_cache import KVCacheGroups, layer_tables, table_key
 from tt_models.tt.lm_head import LMHead, last_row_logits, last_tile_logits
 from tt_models.tt.model_config import DecoderArgs, Precision
 from tt_models.tt.norm import RMSNorm
 from tt_models.tt.paged_inputs import PrefillChunk
 from tt_models.tt.rope import RotarySetup, RotaryTable, rotary_index
-from tt_models.tt.tensor_parallel import HeadSplit, check_splits, chips
+from tt_models.tt.tensor_parallel import TILE, HeadSplit, check_splits, chips
 from tt_models.tt.weights import as_int_tensor
 
 
 class LlamaModel:
     def __init__(self, hf_config: Any, state: dict[str, torch.Tensor], device: Any, *, max_batch_size: int,
                  max_seq_len: int, optimizations: str | None, sharded_decode: bool = True,
-                 precision: Precision | None = None) -> None:
+                 precision: Precision | None = None, pad_hidden: bool = False) -> None:
         """``sharded_decode``: tt_transformers' DRAM-sharded decode layouts (else all interleaved, as a reference);
-        ``precision``: a family's own weight dtypes instead of the profile's."""
+        ``precision``: a family's own weight dtypes instead of the profile's; ``pad_hidden``: zero-pad a hidden size
+        that does not split over the chips (:mod:`~tt_models.tt.hidden_padding`; else it is refused). Image+text
+        subclasses place image tokens of the real width in the residual, so they do not pad."""
         self.device = device
-        self.args = args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        args = DecoderArgs.from_hf(hf_config, max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        padding = HiddenPadding.of(args.dim, chips(device)) if pad_hidden else None
+        if padding is not None:
+            args, state = padding.args(args), padding.state(state)
+        self.args = args
         self.heads = HeadSplit.of(args.n_heads, args.n_kv_heads, chips(device))
-        check_splits(device, hidden_size=args.dim, intermediate_size=args.hidden_dim)
+        dense_width = _dense_mlp_width(args, chips(device))
+        check_splits(device, hidden_size=args.dim, intermediate_size=dense_width)
         self.precision = precision = precision or Precision.for_model(hf_config, optimizations)
-        self.decode = decode = (DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=args.hidden_dim,
+        self.decode = decode = (DecodeConfigs.sharded(device, dim=args.dim, hidden_dim=dense_width,
                                                       n_heads=args.n_heads, n_kv_heads=args.n_kv_heads,
                                                       head_dim=args.head_dim)
                                 if sharded_decode else DecodeConfigs.interleaved())
@@ -48,7 +56,7 @@ class LlamaModel:
         self.n_layers = args.n_layers
         groups = KVCacheGroups.of([args.window(i) for i in range(args.n_layers)])
         self.kv_groups = groups if groups.is_hybrid else None
-        self.norm = RMSNorm(state["model.norm.weight"], args.norm_eps, device)
+        self.norm = RMSNorm(state["model.norm.weight"], args.residual_norm_eps, device)
         lm_head = state["model.embed_tokens.weight"] if args.tie_word_embeddings else state["lm_head.weight"]
         self.lm_head = LMHead(lm_head, device, precision.lm_head_weights, decode)
 
@@ -148,3 +156,11 @@ class LlamaModel:
         ttnn.plus_one(inputs["current_pos"], skip_negative_entries=True)
         ttnn.plus_one(inputs["rot_idx"])
         return logits
+
+
+def _dense_mlp_width(args: DecoderArgs, n_chips: int) -> int:
+    """The width the decode layouts give the dense MLP: ``intermediate_size``; but a model with experts in every layer
+    (GPT-OSS) has no dense MLP, and when its ``intermediate_size`` does not split over the chips (120B's 2880 over 8)
+    the (unused) MLP layouts are sized as ``dim`` wide, so that the MLP norm's grid, the one they give, splits."""
+    all_experts = args.experts is not None and len(args.experts.sparse_layers) == args.n_layers
+    return args.dim if all_experts and args.hidden_dim % (n_chips * TILE) else args.hidden_dim
