@@ -57,17 +57,70 @@ def count_decodes(model: Any) -> dict[str, int]:
     return counts
 
 
+def watch_kv_blocks(llm: Any, model: Any, block_size: int) -> dict[str, Any]:
+    """For an in-process engine: vLLM's KV-cache groups (spec, window, layers) and, from here on, after each schedule
+    the blocks each running request holds in each group (vLLM puts its null block in place of the ones it frees: not
+    counted), and what the model's forwards receive: how many carried ``page_tables_per_layer`` (and how many not), and
+    in how many decode steps a table named one block twice among the positions up to each row's (a block vLLM freed
+    and handed out again while the runner's table still names it where it was). Instruments vLLM's scheduler and our
+    class, not the plugin."""
+    import torch
+
+    runner = llm.llm_engine.model_executor.driver_worker.worker.model_runner
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+    watched: dict[str, Any] = {
+        "groups": [[type(g.kv_cache_spec).__name__, getattr(g.kv_cache_spec, "sliding_window", None),
+                    [int(name.split(".")[2]) for name in g.layer_names]]
+                   for g in runner.kv_cache_config.kv_cache_groups],
+        "held": [], "per_layer_tables": 0, "one_table": 0, "named_twice": 0}
+    schedule = scheduler.schedule
+
+    def recorded_schedule(*args: Any, **kwargs: Any) -> Any:
+        out = schedule(*args, **kwargs)
+        for request in scheduler.running:  # [tokens computed once the step runs, prompt length, blocks per group]
+            watched["held"].append([request.num_computed_tokens, request.num_prompt_tokens,
+                                    [sum(not block.is_null for block in m.req_to_blocks.get(request.request_id, ()))
+                                     for m in managers]])
+        return out
+
+    scheduler.schedule = recorded_schedule
+
+    def watch(name: str) -> None:
+        forward = getattr(model, name)
+
+        def watched_forward(**kwargs: Any) -> Any:
+            per_layer = kwargs.get("page_tables_per_layer")
+            watched["per_layer_tables" if per_layer is not None else "one_table"] += 1
+            if name == "decode_forward":
+                positions = torch.as_tensor(kwargs["start_pos"]).tolist()
+                for table in per_layer or [kwargs["page_table"]]:
+                    ids = [i for row, p in enumerate(positions) if p >= 0
+                           for i in torch.as_tensor(table)[row, : p // block_size + 1].tolist()]
+                    if len(ids) != len(set(ids)):
+                        watched["named_twice"] += 1
+                        break
+            return forward(**kwargs)
+
+        setattr(model, name, watched_forward)
+
+    watch("prefill_forward")
+    watch("decode_forward")
+    return watched
+
+
 def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int, max_num_seqs: int,
          max_model_len: int, import_worker_first: bool = False, mesh_devices: Sequence[str] = (),
          additional_config: dict[str, Any] | None = None, async_scheduling: bool = False,
-         env: dict[str, str | None] | None = None, worker_cls: str = "auto") -> dict[str, Any]:
+         env: dict[str, str | None] | None = None, worker_cls: str = "auto", watch_kv: bool = False) -> dict[str, Any]:
     """Greedy tokens of ``prompts`` from ``vllm.LLM``; with ``import_worker_first`` the plugin's worker module is
     imported before vLLM loads its general plugins (tt-models then patches it at once instead of on import).
     An in-process engine also reports its device, what was replaced, the shapes of ``mesh_devices`` and the
     model's decode calls (``decode_forward``, traced ones, ``execute_trace``). ``async_scheduling``: vLLM's, which
     turns on the plugin's async decode. ``env``: variables set (None: removed) before the engine starts, e.g. the
     ``MESH_DEVICE`` the plugin's worker reads when it opens the device. ``worker_cls``: vLLM's ``--worker-cls``
-    (``auto``: the platform's, the plugin's worker)."""
+    (``auto``: the platform's, the plugin's worker). ``watch_kv`` (an in-process engine): report vLLM's KV-cache groups,
+    the blocks held and the page tables the model receives (:func:`watch_kv_blocks`), and the free blocks after."""
     import os
 
     for name, value in (env or {}).items():
@@ -89,6 +142,7 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
     executor = getattr(llm.llm_engine, "model_executor", None)  # only for an in-process engine core
     generator = executor.driver_worker.worker.model_runner.model if executor is not None else None
     counts = count_decodes(generator) if generator is not None else None
+    kv_blocks = watch_kv_blocks(llm, generator, block_size) if watch_kv else None
     executions = generator.traces.executions if generator is not None else 0
     captured = len(generator.traces.captures) if generator is not None else 0
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
@@ -109,6 +163,11 @@ def main(model: str, prompts: list[list[int]], max_tokens: int, block_size: int,
         report["chips_per_replica"] = [d.get_num_devices() for d in generator.devices]
         report["replaced"] = replaced_in_worker()
         report["mesh_shapes"] = mesh_shapes(list(mesh_devices))
+        if kv_blocks is not None:
+            pool = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_manager.block_pool
+            # The pool's null block (id 0) is never free: every other block is, once the requests are done.
+            report["kv_blocks"] = {**kv_blocks, "free_after": pool.get_num_free_blocks(),
+                                   "blocks": pool.num_gpu_blocks - 1}
     else:
         # Not imported here, so each engine core (forked from this process) imports it and the hook patches it.
         report["worker_imported_here"] = WORKER_MODULE in sys.modules

@@ -5,11 +5,11 @@ machine with no card: only ``TT_MODELS_BACKEND=host`` and ``MESH_DEVICE`` set, g
 The scenarios run in fresh processes (plugin_scenario.py, started outside the checkout): vLLM's platform, registry
 and environment cache are process-global. A vLLM process costs 10-40 s of CPU to start, so there are two: one
 whose engine cores are processes of their own (vLLM's default: N150, then N300), one whose engines run in it
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the in-process checks, T3K, then the traced runs), each serving its runs
-one after another; each test checks its runs' part of the report and log. The plugin's default path with our
-class: no device sampling, no async decode (the class declares neither), prefix caching on, decode padded to
-``max_num_seqs``. The vendored commit has no switch for plugin main's decode as one-token prefill, so that path is
-not run here.
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the in-process checks, T3K, the traced and sliding-window runs), each
+serving its runs one after another; each test checks its runs' part of the report and log. The plugin's default
+path with our class: no device sampling, no async decode (the class declares neither), prefix caching on, decode
+padded to ``max_num_seqs``. The vendored commit has no switch for plugin main's decode as one-token prefill, so that
+path is not run here.
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
 from tests.vllm.plugin_scenario import RUN_MARKER
 from tests.vllm.scenario_process import run_scenario
 from tt_models import LLM, SamplingParams
+from tt_models.models.gemma3.generator import Gemma3ForCausalLM
+from tt_models.models.llama.generator import MistralForCausalLM
 from tt_models.runtime import mock
 from tt_models.testing.chat_checkpoints import write_smollm2_checkpoint
+from tt_models.testing.gemma3 import tiny_gemma3_text
 from tt_models.testing.llama import tiny_model
 from tt_models.testing.moe import tiny_moe
 from tt_models.vllm import ENCODER_DECODER_WORKER
@@ -78,10 +81,10 @@ def inspected(path: Path, names: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE and GPT-OSS
-    inspected."""
+    """Shared by this module's vLLM runs: ours and vLLM's Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE, GPT-OSS and Gemma 3
+    text inspected."""
     archs = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Qwen3MoeForCausalLM",
-             "GptOssForCausalLM")
+             "GptOssForCausalLM", "Gemma3ForCausalLM")
     names = [f"{prefix}{arch}" for arch in archs for prefix in ("TT", "")]
     return inspected(tmp_path_factory.mktemp("vllm-cache"), names)
 
@@ -172,6 +175,14 @@ TRACED_NAMES = ["llama-gqa", "qwen2-bias", "qwen3-qk-norm", "mistral-window", "S
 # factor 4), which vLLM derives and would refuse a longer max_model_len for.
 MOE_RUNS = {"qwen3-moe": {}, "gpt-oss": {"max_model_len": 128}}
 MOE_MESH_DEVICE, MOE_MESH = "N300", (1, 2)
+# Sliding-window models, window 32 (a block), whose prompts and outputs pass several windows: the tiny Gemma 3 text
+# model (sliding and global layers; untied: tied, a random one's greedy tokens repeat one token) and the tiny Mistral
+# with a window (every layer sliding), each with its class.
+WINDOW_MODELS = {"gemma3-text": (lambda: tiny_gemma3_text(text={"tie_word_embeddings": False}), Gemma3ForCausalLM),
+                 "mistral-window": (lambda: tiny_model("mistral-window"), MistralForCausalLM)}
+WINDOW_PROMPTS = [torch.randint(3, 300, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+                  for n in (5, 40, 100)]
+WINDOW_TOKENS = 60
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +191,9 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
     """One vLLM process whose engines run in it (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``VLLM_PLUGINS`` listing the
     plugin's and ours), serving in turn: the tiny Llama with ``MESH_DEVICE`` unset and the worker module imported
     before vLLM (so first: before vLLM loads its general plugins), the T3K Llama with ``MESH_DEVICE=T3K``, then the
-    traced runs. ``MESH_DEVICE`` is set or removed before each engine: the plugin's worker reads it when it opens the
-    device. The references run meanwhile. Each test's part: ``(runs, reports, logs, stderr, references)``."""
+    traced runs, last the sliding-window models (``WINDOW_MODELS``). ``MESH_DEVICE`` is set or removed before each
+    engine: the plugin's worker reads it when it opens the device. The references run meanwhile. Each test's part:
+    ``(runs, reports, logs, stderr, references)``."""
     tmp = tmp_path_factory.mktemp("in-process")
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(T3K_LLAMA).save_pretrained(tmp / "tp-llama")
@@ -194,13 +206,18 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
         tiny_moe(name).save_pretrained(tmp / name)
         traced.append({"model": str(tmp / name), "prompts": PROMPTS, "max_tokens": SIZES["max_tokens"], **sizes,
                        "env": {"MESH_DEVICE": MOE_MESH_DEVICE}})
+    for name, (make, _) in WINDOW_MODELS.items():
+        make().save_pretrained(tmp / name)
     parts = {"in_process": [{"model": str(model_dir), "env": {"MESH_DEVICE": None}, "import_worker_first": True,
                              "mesh_devices": list(MESHES)}],
              "t3k": [{"model": str(tmp / "tp-llama"), "env": {"MESH_DEVICE": "T3K"}}],
              "traced": [{"env": {"MESH_DEVICE": None}, **run, "additional_config": DEVICE_PATH,
                          "async_scheduling": True} for run in traced],
              "encoder_decoder_worker": [{**traced[0], "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
-                                         "async_scheduling": True, "worker_cls": ENCODER_DECODER_WORKER}]}
+                                         "async_scheduling": True, "worker_cls": ENCODER_DECODER_WORKER}],
+             "sliding_window": [{"model": str(tmp / name), "prompts": WINDOW_PROMPTS, "max_tokens": WINDOW_TOKENS,
+                                 "env": {"MESH_DEVICE": None}, "additional_config": DEVICE_PATH,
+                                 "async_scheduling": True, "watch_kv": True} for name in WINDOW_MODELS]}
     references: dict[str, list[list[list[int]]]] = {}
 
     def meanwhile() -> None:
@@ -211,6 +228,7 @@ def in_process_runs(model_dir: Path, vllm_cache: Path, tmp_path_factory: pytest.
                                            mesh_shape=MOE_MESH if "env" in r else None)
                                 for r in traced]
         references["encoder_decoder_worker"] = references["traced"][:1]
+        references["sliding_window"] = [_reference(tmp / name, WINDOW_PROMPTS, WINDOW_TOKENS) for name in WINDOW_MODELS]
 
     runs = [run for part in parts.values() for run in part]
     reports, stdout, stderr = serve(model_dir, tmp, vllm_cache, IN_PROCESS_ENV, timeout=1500, models=runs,
@@ -293,6 +311,41 @@ def test_encoder_decoder_worker_leaves_decoder_only_models_to_the_plugin(in_proc
     check_run(report, log, stderr, reference, mesh="1x1")
     assert report["worker"] == "TTEncoderDecoderWorker" and plugin_report["worker"] == "TTWorker"
     assert report["decodes"] == plugin_report["decodes"]
+
+
+def test_sliding_window_models_under_vllm_hybrid_kv_cache(in_process_runs: dict[str, Any]) -> None:
+    """The tiny Gemma 3 text model and the tiny Mistral with a window, prompts and outputs passing five windows, served
+    traced, device-sampled and async: vLLM's KV-cache groups are the class's (``get_kv_cache_spec``; Gemma 3's
+    sliding and global layers two groups, so the plugin hands the class ``page_tables_per_layer`` in every forward;
+    Mistral's one sliding group, ``page_table`` alone); vLLM frees the sliding groups' blocks that fall out of the
+    window (a decoding request holds ``ceil((window - 1) / block_size) + 1`` blocks at most there, every block in a
+    global group) and hands them out again while the runner's tables still name them where they were (vLLM tells the
+    runner of new blocks only); the tokens equal ``tt_models.LLM``'s (``free_out_of_window_blocks`` on); every block
+    is free at the end."""
+    runs, reports, logs, stderr, references = in_process_runs["sliding_window"]
+    bs = SIZES["block_size"]
+    for (name, (_, cls)), run, report, log, reference in zip(WINDOW_MODELS.items(), runs, reports, logs, references):
+        print(f"{name}: vLLM startup {report['startup_s']} s, generate {report['generate_s']} s")
+        check_run(report, log, stderr, reference, mesh="1x1")
+        assert all(len(set(tokens)) > 5 for tokens in reference), reference  # tokens that depend on the context
+        kv = report["kv_blocks"]
+        groups = cls.kv_cache_groups(AutoConfig.from_pretrained(run["model"]))
+        assert kv["groups"] == [["FullAttentionSpec" if window is None else "SlidingWindowSpec", window, list(layers)]
+                                for layers, window in zip(groups.layers, groups.windows)], name
+        hybrid = len(kv["groups"]) > 1
+        assert hybrid == (name == "gemma3-text")
+        forwards = kv["per_layer_tables"] + kv["one_table"]
+        assert forwards >= WINDOW_TOKENS and kv["per_layer_tables"] == (forwards if hybrid else 0), kv
+        decoding = [(n, held) for n, prompt, held in kv["held"] if n > prompt]
+        assert max(n for n, _ in decoding) == max(map(len, WINDOW_PROMPTS)) + WINDOW_TOKENS - 1
+        for n, held in decoding:
+            for (_, window, _), blocks in zip(kv["groups"], held):
+                if window is None:
+                    assert blocks == -(-n // bs), (n, held)
+                else:
+                    assert 1 <= blocks <= -(-(window - 1) // bs) + 1, (n, held)
+        assert kv["named_twice"] > 0, kv
+        assert kv["free_after"] == kv["blocks"], kv
 
 
 def test_decode_as_one_token_prefill_with_device_sampling(model_dir: Path, reference: list[list[int]],

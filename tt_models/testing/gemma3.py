@@ -158,11 +158,12 @@ def write_tiny_gemma3_checkpoint(path: str | Path, seed: int = 0) -> Path:
         bos_token_id=TEXT_SPECIALS["<bos>"], pad_token_id=TEXT_SPECIALS["<pad>"], eos_token_id=[eos, end_of_turn]))
 
 
-def tiny_gemma3_text(seed: int = 0) -> Gemma3ForCausalLM:
+def tiny_gemma3_text(seed: int = 0, *, text: dict | None = None) -> Gemma3ForCausalLM:
     """Text-only Gemma 3 (``gemma3_text``) on ``TEXT``, its norms drawn away from HF's constants as
-    :func:`tiny_gemma3`'s."""
+    :func:`tiny_gemma3`'s. ``text``: overrides of ``TEXT`` (e.g. ``tie_word_embeddings=False``: tied, a random model's
+    greedy tokens repeat one token, its own embedding the closest to the logits)."""
     torch.manual_seed(seed)
-    config = Gemma3TextConfig(**TEXT, architectures=["Gemma3ForCausalLM"])
+    config = Gemma3TextConfig(**(TEXT | (text or {})), architectures=["Gemma3ForCausalLM"])
     config._attn_implementation = "eager"
     model = Gemma3ForCausalLM(config).eval()
     with torch.no_grad():
