@@ -34,6 +34,7 @@ from tt_models.testing import gemma3, mistral3, mllama, qwen2_5_vl, qwen3_vl
 from tt_models.testing.images import random_image
 from tt_models.tt import encoder_attention
 from tt_models.tt.model_config import Precision
+from tt_models.tt.tensor_parallel import whole_tiles
 from tt_models.tt.weights import to_host
 
 # The padding is exact: the towers with whole-tile heads reach 0.99997 too. A logit scale of the padded head size
@@ -141,7 +142,7 @@ class _PaddedScale(encoder_attention.EncoderAttention):
 
     def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
         super().__init__(args, *rest, **kwargs)
-        self.scale = encoder_attention.tiled(args.head_dim) ** -0.5
+        self.scale = whole_tiles(args.head_dim) ** -0.5
 
 
 ABLATIONS = {"rotary halves padded at the head's end": (encoder_attention, "padded_heads", _pad_rotary_heads_at_end),

@@ -27,10 +27,8 @@ from tt_models.runtime import ttnn
 from tt_models.tt.decode_configs import DecodeConfigs, user_cores
 from tt_models.tt.linear import Linear
 from tt_models.tt.rope import hf_to_meta_rows
-from tt_models.tt.tensor_parallel import HeadSplit, by_chip, chips, select_heads
+from tt_models.tt.tensor_parallel import TILE, HeadSplit, by_chip, chips, select_heads, whole_tiles
 from tt_models.tt.weights import as_tensor
-
-TILE = 32
 
 
 def fused_qkv(state: dict[str, torch.Tensor], prefix: str, split: HeadSplit, head_dim: int,
@@ -99,7 +97,7 @@ class Attention:
         # shard per user, not more shards than users' cores (tt_transformers' SCORES_BATCHED_MM_OUTPUT_MEMCFG).
         cores = user_cores(device, args.decode_rows)
         self.decode_q_memory_config, self.decode_kv_memory_config = (
-            ttnn.create_sharded_memory_config((-(-heads // TILE) * TILE, args.head_dim), cores,
+            ttnn.create_sharded_memory_config((whole_tiles(heads), args.head_dim), cores,
                                               ttnn.ShardStrategy.HEIGHT, ttnn.ShardOrientation.ROW_MAJOR,
                                               use_height_and_width_as_shard_shape=True)
             for heads in (self.n_local_heads, self.n_local_kv_heads))

@@ -16,21 +16,15 @@ import torch
 from tt_models.runtime import ttnn
 from tt_models.tt.attention import fused_qkv, output_projection
 from tt_models.tt.linear import Linear
-from tt_models.tt.rope import TILE
-from tt_models.tt.tensor_parallel import HeadSplit, chips
+from tt_models.tt.tensor_parallel import HeadSplit, chips, whole_tiles
 from tt_models.tt.weights import as_tensor
-
-
-def tiled(head_dim: int) -> int:
-    """``head_dim`` rounded up to whole tiles: the width the attention runs each head at."""
-    return -(-head_dim // TILE) * TILE
 
 
 def rotation(cos: torch.Tensor, sin: torch.Tensor, device: Any) -> tuple[Any, Any]:
     """A rotary's cos/sin ``[S, head_dim]`` (host, interleaved pairs) as the ``rot`` pair
     :meth:`EncoderAttention.forward` takes, padded to the tiled head with the identity rotation (cos 1, sin 0): the
     padded pairs come last in each head (:func:`padded_heads`) and hold zeros."""
-    pad = tiled(cos.shape[-1]) - cos.shape[-1]
+    pad = whole_tiles(cos.shape[-1]) - cos.shape[-1]
     cos, sin = (torch.nn.functional.pad(t, (0, pad), value=value) for t, value in ((cos, 1.0), (sin, 0.0)))
     return as_tensor(cos[None, None], device), as_tensor(sin[None, None], device)
 
@@ -38,12 +32,12 @@ def rotation(cos: torch.Tensor, sin: torch.Tensor, device: Any) -> tuple[Any, An
 def padded_heads(state: dict[str, torch.Tensor], prefix: str, n_heads: int, head_dim: int, out_proj: str,
                  rotary: bool) -> dict[str, torch.Tensor]:
     """HF's ``q_proj`` / ``k_proj`` / ``v_proj`` (weights and biases) and ``out_proj`` weight with each head
-    zero-padded from ``head_dim`` to :func:`tiled` width. Padded Q/K columns add nothing to the logits, padded V
+    zero-padded from ``head_dim`` to :func:`~tt_models.tt.tensor_parallel.whole_tiles` width. Padded Q/K columns add nothing to the logits, padded V
     columns come out zero and meet zero input rows of the output projection, so the attention is unchanged. Rotary
     Q/K are in HF's rotate-half layout (``i`` turns with ``i + head_dim / 2``): each half is padded to half the tiled
     width, so that the pairs stay aligned and, once interleaved (:func:`~tt_models.tt.rope.hf_to_meta_rows`), the
     padding is the head's last pairs."""
-    pad = tiled(head_dim) - head_dim
+    pad = whole_tiles(head_dim) - head_dim
     if not pad:
         return state
     out = dict(state)
@@ -64,12 +58,12 @@ def padded_heads(state: dict[str, torch.Tensor], prefix: str, n_heads: int, head
 class EncoderAttention:
     def __init__(self, args: Any, state: dict[str, torch.Tensor], prefix: str, device: Any, weight_dtype: Any, *,
                  out_proj: str = "out_proj", rotary: bool = False) -> None:
-        """``args``: ``n_heads`` and the real ``head_dim`` (any even width; run at :func:`tiled` width)."""
+        """``args``: ``n_heads`` and the real ``head_dim`` (any even width; run at :func:`~tt_models.tt.tensor_parallel.whole_tiles` width)."""
         split = HeadSplit.of(args.n_heads, args.n_heads, chips(device))
         self.n_local_heads = split.q_per_chip
         self.scale = args.head_dim ** -0.5
         state = padded_heads(state, prefix, args.n_heads, args.head_dim, out_proj, rotary)
-        head_dim = tiled(args.head_dim)
+        head_dim = whole_tiles(args.head_dim)
         wqkv, bqkv = fused_qkv(state, prefix, split, head_dim, rotary=rotary)
         self.wqkv = Linear(wqkv, device, weight_dtype, bias=bqkv, parallel="column")
         self.wo = Linear(output_projection(state[f"{prefix}{out_proj}.weight"], split, head_dim), device,

@@ -26,13 +26,9 @@ import torch
 from tt_models.runtime import ttnn
 from tt_models.tt.linear import Linear
 from tt_models.tt.model_config import ExpertArgs
-from tt_models.tt.tensor_parallel import TILE, chips
+from tt_models.tt.tensor_parallel import TILE, chips, whole_tiles
 
 UNROUTED_LOGIT = -1e4  # the router logit of a padding column: exp() of it is 0 in bfloat16
-
-
-def _padded(n: int) -> int:
-    return -(-n // TILE) * TILE
 
 
 def routing_weights(logits: Any, experts: ExpertArgs) -> Any:
@@ -96,7 +92,7 @@ class MoE:
         else:  # [E, 2I, dim] gate then up, [E, dim, I]
             gate, up = gate_up[:, :hidden], gate_up[:, hidden:]
             gate_bias = up_bias = down_bias = None
-        width = _padded(e)
+        width = whole_tiles(e)
         router_bias = torch.full((width,), UNROUTED_LOGIT)
         router_bias[:e] = state[f"{router}bias"] if self.gpt_oss else 0.0
         self.router = Linear(_pad_rows(state[f"{router}weight"], width), device, ttnn.bfloat16, bias=router_bias)

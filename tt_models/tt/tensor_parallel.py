@@ -25,6 +25,11 @@ from tt_models.runtime import ttnn
 TILE = 32
 
 
+def whole_tiles(n: int) -> int:
+    """``n`` rounded up to whole 32-wide tiles."""
+    return -(-n // TILE) * TILE
+
+
 def chips(device: Any) -> int:
     return device.get_num_devices()
 
