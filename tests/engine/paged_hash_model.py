@@ -38,6 +38,8 @@ def _hash(tokens: list[int]) -> int:
 
 
 class PagedHashModel:
+    model_capabilities = {"supports_prefix_caching": True}
+
     def __init__(self, max_num_seqs: int, encoder_decoder: bool = False, max_cross_attn_tokens: int = 0) -> None:
         self.max_num_seqs = max_num_seqs
         self.encoder_decoder = encoder_decoder
@@ -133,7 +135,8 @@ class PagedHashModel:
 
 
 class FeedbackHashModel(PagedHashModel):
-    model_capabilities = {"supports_sample_on_device": True, "supports_async_decode": True}
+    model_capabilities = {"supports_prefix_caching": True, "supports_sample_on_device": True,
+                          "supports_async_decode": True}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

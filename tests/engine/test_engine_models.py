@@ -270,6 +270,22 @@ def test_batched_runs_equal_solo_runs(model, case, solo, run):
     _compare_with_solo(run, outputs, solo)
 
 
+def test_prefix_cache_hits_agree_with_whole_prefills(built):
+    """The Llama requests run twice on one engine: the second time each prompt's full blocks but its last token's are
+    cached (32-token blocks), and the model prefills from the first block after them, eagerly; the tokens are the solo
+    runs' (whole prefills) up to a near-tie."""
+    case, solo = built("llama")
+    engine = _engine(case)
+    _run(engine, case.requests)
+    again = _run(engine, case.requests)
+    engine.close()
+    prompts = {request_id: len(prompt["prompt_token_ids"]) for request_id, prompt, params in case.requests
+               if params.n == 1}
+    assert {r: o.num_cached_tokens for r, o in again.items() if r in prompts} == {
+        r: (n - 1) // 32 * 32 for r, n in prompts.items()}
+    _compare_with_solo("prefix-cache", again, solo, same_draws=False)
+
+
 # Whisper (real weights: the costly case) runs each engine feature once: 2 replicas here, and tensor parallelism
 # below as two tensor-parallel replicas, which is both at once. The other models run every combination.
 DATA_PARALLEL_RUNS = [(m, r) for m in MODELS for r in (2, 4) if (m, r) != ("whisper", 4)]

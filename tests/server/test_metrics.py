@@ -91,3 +91,21 @@ def test_vllm_series_move_with_the_requests(client, http):
     assert moved("vllm:request_generation_tokens_sum") == TOKENS
     assert metric(after, "vllm:num_requests_running", model_name=LLAMA) == 0
     assert metric(after, "vllm:kv_cache_usage_perc", model_name=LLAMA) == 0
+
+
+def test_prefix_cache_counters_count_a_repeated_prompt(client, http):
+    """vLLM's prefix-cache counters, in prompt tokens: the second of two equal prompts finds its full blocks but the
+    one holding its last token cached (the server's blocks are 64 tokens)."""
+    prompt = "Paris is the capital of France. " * 30
+    before = http.get("/metrics").text
+    usages = [client.completions.create(model=LLAMA, prompt=prompt, max_tokens=2, temperature=0).usage
+              for _ in range(2)]
+    after = http.get("/metrics").text
+
+    def moved(name: str) -> float:
+        return metric(after, name, model_name=LLAMA, engine="0") - metric(before, name, model_name=LLAMA, engine="0")
+
+    prompt_tokens = usages[0].prompt_tokens
+    assert prompt_tokens > 128
+    assert moved("vllm:prefix_cache_queries_total") == 2 * prompt_tokens
+    assert moved("vllm:prefix_cache_hits_total") == (prompt_tokens - 1) // 64 * 64

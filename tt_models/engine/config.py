@@ -114,6 +114,9 @@ class EngineConfig:
     device by a model that feeds its tokens back (``supports_async_decode``), before reading them too.
     ``sample_on_device``: decode steps whose sequences are all plain greedy sample on the device (the model's
     ``supports_sample_on_device``): the device hands back 32 tokens instead of ``[32, V]`` logits.
+    ``enable_prefix_caching``: a prompt starting with the tokens of cached full blocks takes their K/V instead of
+    computing it (vLLM's automatic prefix caching, on by default as there; ``tt_models.engine.prefix_cache``); off
+    where the model has sliding-window layers kept apart, or with ``preemption_mode="swap"``.
     ``free_out_of_window_blocks``: a model with sliding-window layers keeps a block table per KV-cache group, its
     sliding layers' holding only their window (as vLLM's hybrid KV cache manager; ``docs/engine.md``); off, every
     layer keeps every block of its request.
@@ -132,6 +135,7 @@ class EngineConfig:
     async_decode: bool = False
     sample_on_device: bool = False
     free_out_of_window_blocks: bool = True
+    enable_prefix_caching: bool = True
 
     def resolve(self, hf_config: PretrainedConfig, max_encoder_len: int) -> EngineConfig:
         """Fill in the defaults and check the values against the model; raises ValueError naming the problem."""
@@ -168,7 +172,7 @@ class EngineConfig:
             max_num_batched_tokens=budget, enable_chunked_prefill=self.enable_chunked_prefill,
             preemption_mode=self.preemption_mode, max_num_waiting=self.max_num_waiting, data_parallel_size=replicas,
             async_decode=self.async_decode, sample_on_device=self.sample_on_device,
-            free_out_of_window_blocks=self.free_out_of_window_blocks)
+            free_out_of_window_blocks=self.free_out_of_window_blocks, enable_prefix_caching=self.enable_prefix_caching)
 
     def blocks_per_request(self, max_model_len: int, max_encoder_len: int) -> int:
         """Blocks of one request at full length: its self blocks and its cross blocks."""

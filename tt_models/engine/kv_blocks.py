@@ -26,14 +26,21 @@ sliding group's table drops (:meth:`KVBlockManager.drop_out_of_window`) the bloc
 position still to be computed, each dropped entry becoming ``NULL_BLOCK`` (block 0, which the pool then never hands
 out, as vLLM's null block: a model reading through it reads nothing its masks keep).
 
+With ``prefix_caching`` (one full-attention group), a single-sequence decoder request allocated with its prompt's block
+keys starts with the cached blocks holding its prompt's longest cached prefix (``tt_models.engine.prefix_cache``);
+:meth:`KVBlockManager.cache_computed` registers its blocks once computed. Such a request is recomputed when preempted,
+never swapped: its blocks may be other requests' too.
+
 The manager only plans: the caller moves the KV (copy-on-write copies, swap mappings) through the model.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from tt_models.engine.prefix_cache import PrefixCache
 
 NULL_BLOCK = 0  # what a sliding group's table holds for a dropped block (the model's page table)
 _DROPPED = -1  # a dropped entry in the manager's tables (block ids of either pool are >= 0)
@@ -48,21 +55,31 @@ def most_blocks_held(windows: Sequence[int | None], block_size: int, num_tokens:
 
 
 class _Pool:
-    """Block ids ``0..size-1`` with reference counts; a block is free at count 0."""
+    """Block ids ``0..size-1`` with reference counts; a block is free at count 0. The least recently freed free block
+    is taken first, so that a cached one (``cache``) is reused for other tokens as late as possible."""
 
-    def __init__(self, size: int, first: int = 0) -> None:
-        self.free: deque[int] = deque(range(first, size))
+    def __init__(self, size: int, first: int = 0, cache: PrefixCache | None = None) -> None:
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(first, size))
         self.refs = [0] * size
+        self.cache = cache
 
     def take(self, refs: int = 1) -> int:
-        block = self.free.popleft()
+        block, _ = self.free.popitem(last=False)
         self.refs[block] = refs
+        if self.cache is not None:
+            self.cache.forget(block)
         return block
+
+    def share(self, block: int, refs: int) -> None:
+        """``refs`` more holders of a cached block, free or not."""
+        if self.refs[block] == 0:
+            del self.free[block]
+        self.refs[block] += refs
 
     def release(self, block: int) -> None:
         self.refs[block] -= 1
         if self.refs[block] == 0:
-            self.free.append(block)
+            self.free[block] = None
 
 
 @dataclass(slots=True)
@@ -72,6 +89,8 @@ class _Seq:
     tables: list[list[int]]  # one per KV-cache group
     dropped: list[int] = field(default_factory=list)  # each group's leading dropped entries
     num_dropped: int = 0
+    keys: list[bytes] | None = None  # its prompt's full-block keys, when it takes part in prefix caching
+    num_keyed: int = 0  # its leading blocks that are cached (hits, or registered by cache_computed)
 
     @property
     def table(self) -> list[int]:
@@ -79,7 +98,7 @@ class _Seq:
 
     def copy(self) -> "_Seq":
         return _Seq(self.request_id, self.num_tokens, [list(t) for t in self.tables], list(self.dropped),
-                    self.num_dropped)
+                    self.num_dropped)  # (a fork: only single-sequence requests key their blocks)
 
 
 @dataclass(slots=True)
@@ -99,13 +118,17 @@ class KVBlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, num_host_blocks: int = 0,
-                 windows: Sequence[int | None] = (None,)) -> None:
+                 windows: Sequence[int | None] = (None,), prefix_caching: bool = False) -> None:
         """``windows``: each KV-cache group's attention window (None: full attention); with a window the pool keeps
-        block ``NULL_BLOCK`` out of every table, and ``num_blocks`` (the blocks it hands out) is one less."""
+        block ``NULL_BLOCK`` out of every table, and ``num_blocks`` (the blocks it hands out) is one less.
+        ``prefix_caching``: requests allocated with block keys share cached blocks (full attention only)."""
         if num_blocks < 1 or block_size < 1 or num_host_blocks < 0 or not windows:
             raise ValueError(f"KVBlockManager(num_blocks={num_blocks}, block_size={block_size}, "
                              f"num_host_blocks={num_host_blocks}, windows={windows}): need num_blocks, block_size >= 1, "
                              "num_host_blocks >= 0 and a group")
+        if prefix_caching and tuple(windows) != (None,):
+            raise ValueError(f"prefix caching takes one full-attention KV-cache group, not windows {windows}")
+        self.prefix_cache = PrefixCache() if prefix_caching else None
         self.block_size = block_size
         self.num_host_blocks = num_host_blocks
         self.windows = tuple(windows)
@@ -116,7 +139,10 @@ class KVBlockManager:
 
     def reset(self) -> None:
         """Forget every table: all device and host blocks are free again."""
-        self._device = _Pool(self.num_blocks + self.windowed, first=NULL_BLOCK + 1 if self.windowed else 0)
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+        self._device = _Pool(self.num_blocks + self.windowed, first=NULL_BLOCK + 1 if self.windowed else 0,
+                             cache=self.prefix_cache)
         self._host = _Pool(self.num_host_blocks)
         self._requests: dict[str, _Request] = {}
         self._seqs: dict[int, _Seq] = {}
@@ -168,11 +194,24 @@ class KVBlockManager:
     def can_allocate(self, prompt_len: int, encoder_len: int | None = None) -> bool:
         return self._allocate_cost(prompt_len, encoder_len) <= self.num_free_blocks
 
+    def num_held_hits(self, keys: Sequence[bytes], prompt_len: int) -> int:
+        """The cached blocks a prompt of ``prompt_len`` tokens with block ``keys`` would take that requests hold
+        already: :meth:`allocate` takes that many fewer free blocks."""
+        refs = self._device.refs
+        return sum(refs[block] > 0 for block in self._hits(keys, prompt_len))
+
+    def _hits(self, keys: Sequence[bytes] | None, prompt_len: int) -> list[int]:
+        """The cached blocks of the prompt's longest cached prefix, less its last token (its logits are computed)."""
+        if keys is None or self.prefix_cache is None:
+            return []
+        return self.prefix_cache.hits(keys, (prompt_len - 1) // self.block_size)
+
     def allocate(self, request_id: str, seq_ids: list[int], prompt_len: int,
-                 encoder_len: int | None = None) -> None:
+                 encoder_len: int | None = None, keys: Sequence[bytes] | None = None) -> int:
         """The request's cross table (none when ``encoder_len`` is 0 or None; the reserved one after
         ``reserve_cross``) and, for each sequence, a self table holding ``prompt_len`` tokens; the sequences share
-        the prompt's blocks."""
+        the prompt's blocks. ``keys``: the prompt's full-block keys, for a single-sequence decoder request taking part
+        in prefix caching; returns how many of its leading tokens are in cached blocks already."""
         reserved = self._requests.get(request_id)
         if reserved is not None and (reserved.seq_ids or reserved.on_host or reserved.cross is None
                                      or len(reserved.cross) != self.num_blocks_for(encoder_len or 0)):
@@ -183,18 +222,38 @@ class KVBlockManager:
             if seq_id in self._seqs:
                 raise ValueError(f"sequence {seq_id} is already allocated (request "
                                  f"{self._seqs[seq_id].request_id!r})")
-        need = self._allocate_cost(prompt_len, None if reserved else encoder_len)
+        if keys is not None and (len(seq_ids) > 1 or encoder_len or reserved):
+            raise ValueError(f"request {request_id!r}: prefix caching takes a single sequence without an encoder")
+        hits = self._hits(keys, prompt_len)
+        need = self._allocate_cost(prompt_len, None if reserved else encoder_len) - self.num_held_hits(keys or (),
+                                                                                                    prompt_len)
         if need > self.num_free_blocks:
             raise RuntimeError(f"allocate {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
+        for block in hits:  # (before any take: a free cached block taken for other tokens would be forgotten)
+            self._device.share(block, refs=1)
         blocks = self.num_blocks_for(prompt_len)
-        tables = [[self._device.take(refs=len(seq_ids)) for _ in range(blocks)] for _ in self.windows]
+        tables = [hits + [self._device.take(refs=len(seq_ids)) for _ in range(blocks - len(hits))]
+                  for _ in self.windows]
         if reserved is not None:  # the cross blocks reserved for it (its encoder ran elsewhere)
             reserved.seq_ids = set(seq_ids)
         else:
             cross = [self._device.take() for _ in range(self.num_blocks_for(encoder_len))] if encoder_len else None
             self._requests[request_id] = _Request(set(seq_ids), cross)
         for seq_id in seq_ids:
-            self._seqs[seq_id] = _Seq(request_id, prompt_len, [list(t) for t in tables], [0] * self.num_groups)
+            self._seqs[seq_id] = _Seq(request_id, prompt_len, [list(t) for t in tables], [0] * self.num_groups,
+                                      keys=None if keys is None else list(keys), num_keyed=len(hits))
+        return len(hits) * self.block_size
+
+    def cache_computed(self, seq_id: int, num_computed: int) -> None:
+        """The sequence's first ``num_computed`` tokens are in its blocks: its full prompt blocks among them can be
+        found by their keys (a sequence allocated without keys: nothing)."""
+        seq = self._seq(seq_id)
+        if seq.keys is None:
+            return
+        full = min(len(seq.keys), num_computed // self.block_size)
+        for i in range(seq.num_keyed, full):
+            self.prefix_cache.register(seq.keys[i], seq.table[i])
+        seq.num_keyed = max(seq.num_keyed, full)
 
     def reserve_cross(self, request_id: str, encoder_len: int) -> list[int]:
         """Cross blocks for a request not allocated yet, whose encoder states arrive first (encoder
@@ -320,7 +379,7 @@ class KVBlockManager:
         request = self._requests[seq.request_id]
         pool = self._pool(request)
         for table in seq.tables:
-            for block in table:
+            for block in reversed(table):  # (a prompt's first blocks are then the last reused for other tokens)
                 if block != _DROPPED:
                     pool.release(block)
         del self._seqs[seq_id]
@@ -345,6 +404,9 @@ class KVBlockManager:
 
     def swap_out(self, request_id: str) -> dict[int, int]:
         """Move all of a preempted request's blocks to host memory; returns device block -> host block."""
+        if any(self._seqs[seq_id].keys is not None for seq_id in self._request(request_id).seq_ids):
+            raise ValueError(f"request {request_id!r} takes part in prefix caching: recompute it, its blocks may be "
+                             "other requests' too")
         return self._move(request_id, on_host=True)
 
     def can_swap_in(self, request_id: str) -> bool:

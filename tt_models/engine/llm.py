@@ -37,13 +37,15 @@ class LLM:
                  num_host_kv_blocks: int | None = None, backend: str | None = None,
                  optimizations: str | None = None, data_parallel_size: int = 1,
                  mesh_shape: tuple[int, int] | None = None, async_decode: bool = False,
-                 sample_on_device: bool = False, free_out_of_window_blocks: bool = True) -> None:
+                 sample_on_device: bool = False, free_out_of_window_blocks: bool = True,
+                 enable_prefix_caching: bool = True) -> None:
         config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
                               num_kv_blocks=num_kv_blocks, num_host_kv_blocks=num_host_kv_blocks,
                               max_num_batched_tokens=max_num_batched_tokens,
                               enable_chunked_prefill=enable_chunked_prefill, preemption_mode=preemption_mode,
                               data_parallel_size=data_parallel_size, async_decode=async_decode,
-                              sample_on_device=sample_on_device, free_out_of_window_blocks=free_out_of_window_blocks)
+                              sample_on_device=sample_on_device, free_out_of_window_blocks=free_out_of_window_blocks,
+                              enable_prefix_caching=enable_prefix_caching)
         self.llm_engine = LLMEngine.from_model(model, config, backend=backend, optimizations=optimizations,
                                                mesh_shape=mesh_shape)
         self._request_counter = 0

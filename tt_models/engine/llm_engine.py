@@ -61,8 +61,10 @@ class LLMEngine(RequestIntake[Request]):
         self.runner = ModelRunner(checkpoint, self.config, backend=backend, optimizations=optimizations,
                                   generator=generator, mesh_shape=mesh_shape)
         self.config = self.runner.config  # with the KV pool sized once the model's weights are on the device
-        self.scheduler = Scheduler(self.config, self.runner.kv_windows)
         capabilities = getattr(type(self.runner.model), "model_capabilities", {})
+        # (As TT vLLM's plugin: a class caches prefixes only when it says it can.)
+        self.scheduler = Scheduler(self.config, self.runner.kv_windows,
+                                   model_caches_prefixes=capabilities.get("supports_prefix_caching", False))
         if config.sample_on_device and not capabilities.get("supports_sample_on_device"):
             raise ValueError(f"sample_on_device: {type(self.runner.model).__name__} does not declare "
                              "supports_sample_on_device")
@@ -283,6 +285,7 @@ class LLMEngine(RequestIntake[Request]):
             if is_prefill:
                 seq.request.encoder_cached = True
                 self.stats["prompt_tokens"] += tokens
+                self.scheduler.cache_computed(seq)
                 if seq.num_computed < len(seq.token_ids):
                     continue  # a prefill chunk that is not the last
             request = seq.request

@@ -162,6 +162,8 @@ class Request:
         # M-RoPE models (Qwen2.5-VL): the rope delta its prefill returned, handed back at every decode step.
         self.rope_delta = 0
         self.metrics = RequestMetrics(arrival_time)
+        self.block_keys: list[bytes] | None = None  # its prompt's full-block keys (prefix caching), once needed
+        self.num_cached_tokens = 0  # prompt tokens found in the prefix cache when it was first admitted
         # No sequence may outgrow the model's context, whatever max_tokens says.
         room = max_model_len - len(inputs.prompt_token_ids)
         self.max_new_tokens = room if params.max_tokens is None else min(params.max_tokens, room)
@@ -202,4 +204,5 @@ class Request:
         return RequestOutput(self.request_id, inputs.prompt, list(inputs.prompt_token_ids), None,
                              [s.completion() for s in self.seqs], self.status is RequestStatus.FINISHED,
                              self.metrics, inputs.encoder_prompt,
-                             None if inputs.encoder_prompt_token_ids is None else list(inputs.encoder_prompt_token_ids))
+                             None if inputs.encoder_prompt_token_ids is None else list(inputs.encoder_prompt_token_ids),
+                             self.num_cached_tokens)

@@ -24,6 +24,10 @@ As TT vLLM's runner does, a step is all prefill or all decode, never mixed. The 
    one per sequence for the next token) and batch slots fit, and decode in the same step. (Swapping in
    before preempting could swap a request in and out in one step, saving blocks not yet written back.)
 
+With prefix caching (on unless the model has sliding-window layers or preemption is by swapping), a single-sequence
+decoder request is admitted with the cached blocks of its prompt's longest cached prefix and prefills from the first
+block after them (``tt_models.engine.prefix_cache``); a prefill step's computed prompt blocks are cached after it runs.
+
 A sequence that must write into a last block it shares with a sibling (``n > 1``) gets a block of its own
 (copy-on-write); instead of copying the block, which the model contract has no call for, the engine
 rebuilds it with a one-token prefill from the block boundary, which is what ``prefill_forward`` does for
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 
 from tt_models.engine.config import EngineConfig
 from tt_models.engine.kv_blocks import KVBlockManager
+from tt_models.engine.prefix_cache import block_keys
 from tt_models.engine.request import Request, RequestStatus, Sequence
 
 
@@ -57,14 +62,23 @@ class Scheduler:
     stays there: its blocks come from that pool only, it is preempted only for that replica's requests, and
     admission is FCFS within each replica."""
 
-    def __init__(self, config: EngineConfig, kv_windows: tuple[int | None, ...] = (None,)) -> None:
+    def __init__(self, config: EngineConfig, kv_windows: tuple[int | None, ...] = (None,),
+                 model_caches_prefixes: bool = True) -> None:
         """``kv_windows``: each KV-cache group's window (None: full attention), one block table per group; a sliding
         group's blocks out of the window of every position a scheduled sequence still computes are freed once it is
-        scheduled (:meth:`KVBlockManager.drop_out_of_window`)."""
+        scheduled (:meth:`KVBlockManager.drop_out_of_window`). ``model_caches_prefixes``: the model's
+        ``supports_prefix_caching``."""
         self.config = config
-        self.kvs = [KVBlockManager(config.num_kv_blocks, config.block_size, config.num_host_kv_blocks, kv_windows)
-                    for _ in range(config.data_parallel_size)]
         self.windowed = any(window is not None for window in kv_windows)
+        # (A request whose blocks other requests may hold is recomputed when preempted, never swapped.)
+        self.prefix_caching = (config.enable_prefix_caching and model_caches_prefixes and not self.windowed
+                               and config.preemption_mode != "swap")
+        self.kvs = [KVBlockManager(config.num_kv_blocks, config.block_size, config.num_host_kv_blocks, kv_windows,
+                                   prefix_caching=self.prefix_caching)
+                    for _ in range(config.data_parallel_size)]
+        # vLLM's prefix-cache counters, in prompt tokens: looked up at admission, and found cached.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
         self.slots_per_replica = config.max_num_seqs // config.data_parallel_size
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -143,6 +157,11 @@ class Scheduler:
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         self.kvs[parent.request.replica].fork(parent.seq_id, child.seq_id)
+
+    def cache_computed(self, seq: Sequence) -> None:
+        """After a prefill step: the sequence's computed prompt blocks can be found by later prompts."""
+        if self.prefix_caching:
+            self.kvs[seq.request.replica].cache_computed(seq.seq_id, seq.num_computed)
 
     def free_seq(self, seq: Sequence) -> None:
         """A finished sequence gives back its self blocks at once."""
@@ -260,11 +279,21 @@ class Scheduler:
         if self._slots_used(request.replica) + request.num_slots > self.slots_per_replica:
             return False
         prompt_len = len(request.inputs.prompt_token_ids)
+        keys = self._prefix_keys(request)
         cross = 0 if kv.has_cross(request.request_id) else kv.num_blocks_for(request.encoder_len)
         need = cross + kv.num_groups * sum(kv.num_blocks_for(len(s.token_ids)) for s in seqs)
+        if keys is not None:
+            need -= kv.num_held_hits(keys, prompt_len)
         if need > kv.num_free_blocks:
             return False
-        kv.allocate(request.request_id, [s.seq_id for s in seqs], prompt_len, request.encoder_len or None)
+        cached = kv.allocate(request.request_id, [s.seq_id for s in seqs], prompt_len, request.encoder_len or None,
+                             keys=keys)
+        if keys is not None:
+            seqs[0].num_computed = seqs[0].num_scheduled = cached  # (one token left: it runs as a decode step)
+            self.prefix_cache_queries += prompt_len
+            self.prefix_cache_hits += cached
+            if request.metrics.first_scheduled_time is None:
+                request.num_cached_tokens = cached
         for seq in seqs:  # recomputation: each sequence's output tokens, in blocks of its own
             if len(seq.token_ids) > prompt_len:
                 kv.append(seq.seq_id, len(seq.token_ids) - prompt_len)
@@ -272,6 +301,16 @@ class Scheduler:
         if request.metrics.first_scheduled_time is None:
             request.metrics.first_scheduled_time = time.monotonic()
         return True
+
+    def _prefix_keys(self, request: Request) -> list[bytes] | None:
+        """The prompt's block keys when the request takes part in prefix caching: one sequence, tokens alone (no
+        encoder, no images: the same tokens would not mean the same K/V)."""
+        if not self.prefix_caching or request.params.n != 1 or request.encoder_len \
+                or request.inputs.prompt_images is not None:
+            return None
+        if request.block_keys is None:
+            request.block_keys = block_keys(request.inputs.prompt_token_ids, self.config.block_size)
+        return request.block_keys
 
     def _decodes(self, out: SchedulerOutput) -> list[tuple[Sequence, int]]:
         fit = self._decode_all()

@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-parallel-size", type=int, default=1,
                        help="model replicas, one per submesh of the mesh (or of a host mesh); --max-num-seqs is "
                             "shared among them and --num-kv-blocks is per replica")
+    serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                       help="prompts starting with cached full KV blocks take them instead of recomputing them "
+                            "(vLLM's automatic prefix caching; default: on)")
     serve.add_argument("--async-decode", action="store_true",
                        help="issue each decode step before detokenizing the previous one (hides host work behind the "
                             "device's; same outputs)")
@@ -143,7 +146,8 @@ def build_engines(args: argparse.Namespace) -> dict[str, LLMEngine | EncodeEngin
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, block_size=args.block_size,
                           num_kv_blocks=args.num_kv_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_num_waiting=args.max_num_waiting, data_parallel_size=args.data_parallel_size,
-                          async_decode=args.async_decode, sample_on_device=args.sample_on_device)
+                          async_decode=args.async_decode, sample_on_device=args.sample_on_device,
+                          enable_prefix_caching=args.enable_prefix_caching)
     role = getattr(args, "role", "both")
     if (role != "both") != bool(getattr(args, "broker", None)):
         raise SystemExit("--broker redis://HOST:PORT is what --role encode / prefill_decode need, and only they")

@@ -61,6 +61,10 @@ class _EngineState(Collector):
                                   labels=_LABELS)
         preemptions = CounterMetricFamily("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
                                           labels=_LABELS)
+        queries = CounterMetricFamily("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of "
+                                      "queried tokens.", labels=_LABELS)
+        hits = CounterMetricFamily("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                                   labels=_LABELS)
         swapped = GaugeMetricFamily("tt_models:num_requests_swapped", "Requests whose KV blocks are swapped out to "
                                     "host memory.", labels=["model_name"])
         in_use = GaugeMetricFamily("tt_models:kv_blocks_in_use", "Device KV blocks held by requests.",
@@ -76,10 +80,12 @@ class _EngineState(Collector):
             waiting.add_metric(labels, len(scheduler.waiting))
             usage.add_metric(labels, kv_blocks_in_use(engine) / blocks)
             preemptions.add_metric(labels, scheduler.num_preemptions)
+            queries.add_metric(labels, scheduler.prefix_cache_queries)
+            hits.add_metric(labels, scheduler.prefix_cache_hits)
             swapped.add_metric([name], len(scheduler.swapped))
             in_use.add_metric([name], kv_blocks_in_use(engine))
             total.add_metric([name], blocks)
-        yield from (running, waiting, usage, preemptions, swapped, in_use, total)
+        yield from (running, waiting, usage, preemptions, queries, hits, swapped, in_use, total)
 
 
 class ServerMetrics:
