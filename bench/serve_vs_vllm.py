@@ -6,8 +6,10 @@ and ``vllm serve`` with the real TT vLLM plugin (``TT_MODELS_BACKEND=host MESH_D
 (``tiny``: a 2-layer random Llama with SmolLM2's tokenizer; ``smollm2``: SmolLM2-135M-Instruct), API (chat,
 completions), input/output length and concurrency C, ``vllm bench serve`` sends ``rounds * C`` random prompts of
 that many tokens (chat: plus the template's 30), generating exactly that many (``--ignore-eos``), and saves its JSON,
-which this script reads. Each server keeps its own defaults: vLLM under the plugin schedules asynchronously, caches
-prefixes and prefills unchunked; tt-models chunks prefills (``--tt-models-args`` adds flags). It prints, per row, output
+which this script reads. Each server keeps its own defaults: both cache prefixes; vLLM under the plugin schedules
+asynchronously and prefills unchunked; tt-models chunks prefills (``--tt-models-args`` adds flags). The loads of a
+server run one after the other with the same seed, so a load's first prompts are the previous load's, which both
+servers find in their prefix caches (as the client's test request before each load). It prints, per row, output
 tokens/s and TTFT/ITL p50/p99 of each server and the ratio tt-models / vLLM (tokens/s: > 1 is tt-models faster;
 latencies: < 1 is), and at concurrency 32 each server's throughput over its own offline engine's (tt-models'
 ``LLM``, vLLM's ``LLM`` with the plugin, each in a fresh process, the same requests, ``generate`` alone timed). Every

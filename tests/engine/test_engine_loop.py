@@ -66,6 +66,20 @@ def run(engine: LLMEngine, requests: list[tuple], arrivals: list[int] | None = N
     return finished
 
 
+def fitting(engine: LLMEngine, requests: list[tuple]) -> list[tuple]:
+    """The requests the engine's pool can ever hold: the others are refused up front, naming the KV blocks."""
+    fits = []
+    for r in requests:
+        try:
+            engine.add_request(*r)
+            fits.append(r)
+        except ValueError as e:
+            assert "KV blocks" in str(e)
+    for r in fits:
+        engine.abort_request(r[0])
+    return fits
+
+
 def solo(encoder_decoder: bool, request: tuple) -> list[list[int]]:
     return run(make_engine(encoder_decoder), [request])[request[0]]
 
@@ -339,13 +353,5 @@ def test_random_workloads_equal_solo_runs(encoder_decoder, lengths, arrivals, nu
     config = dict(num_kv_blocks=num_kv_blocks, max_num_batched_tokens=budget if chunked else None,
                   enable_chunked_prefill=chunked, preemption_mode=mode, max_num_seqs=max_num_seqs, **decode)
     engine = make_engine(encoder_decoder, **config)
-    fits = []
-    for r in requests:  # requests that can never fit this pool are refused up front
-        try:
-            engine.add_request(*r)
-            fits.append(r)
-        except ValueError as e:
-            assert "KV blocks" in str(e)
-    for r in fits:
-        engine.abort_request(r[0])
+    fits = fitting(engine, requests)
     assert run(engine, fits, arrivals[:len(fits)]) == {r[0]: solo(encoder_decoder, r) for r in fits}

@@ -18,7 +18,7 @@ from tt_models.engine.prefix_cache import block_keys
 from tt_models.engine.scheduler import Scheduler
 
 from .paged_hash_model import VOCAB
-from .test_engine_loop import BLOCK, DECODE_MODES, make_engine, params, run, solo
+from .test_engine_loop import BLOCK, DECODE_MODES, fitting, make_engine, params, run, solo
 
 
 def test_block_keys_name_the_whole_prefix():
@@ -93,6 +93,23 @@ def test_a_repeated_prompt_prefills_after_its_cached_blocks():
     assert (engine.scheduler.prefix_cache_queries, engine.scheduler.prefix_cache_hits) == (200, 96)
 
 
+@pytest.mark.parametrize("decode", DECODE_MODES.values(), ids=DECODE_MODES.keys())
+def test_the_next_turn_finds_the_answers_blocks(decode):
+    """A finished sequence's computed blocks are cached past its prompt: its prompt and answer, 40 + 60 tokens of which
+    99 are computed (the last sampled one never runs), give three full blocks the next turn's prompt starts with."""
+    engine = make_engine(**decode)
+    first = [(2 * k + 1) % VOCAB for k in range(40)]
+    answer = run(engine, [("turn1", {"prompt_token_ids": first}, params(60))])["turn1"][0]
+    turn2 = ("turn2", {"prompt_token_ids": first + answer + [7, 8, 9]}, params(10))
+    engine.add_request(*turn2)
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+    assert outputs[0].num_cached_tokens == 3 * BLOCK
+    assert [c.token_ids for c in outputs[0].outputs] == solo(False, turn2)
+    kv = engine.scheduler.kv
+    assert kv.num_free_blocks == kv.num_blocks
+
+
 def test_a_hit_leaving_one_token_runs_it_as_a_decode_step():
     engine = make_engine()
     request = ("a", {"prompt_token_ids": [(5 * k + 1) % VOCAB for k in range(97)]}, params(10))
@@ -156,13 +173,5 @@ def test_random_workloads_over_shared_stems_equal_solo_runs(stems, requests, arr
         workload.append((f"r{i}", {"prompt_token_ids": tokens or [1]}, params(max_tokens, n, seed=i)))
     engine = make_engine(num_kv_blocks=num_kv_blocks, max_num_batched_tokens=budget if chunked else None,
                          enable_chunked_prefill=chunked, preemption_mode=mode, max_num_seqs=max_num_seqs, **decode)
-    fits = []
-    for r in workload:  # requests that can never fit this pool are refused up front
-        try:
-            engine.add_request(*r)
-            fits.append(r)
-        except ValueError as e:
-            assert "KV blocks" in str(e)
-    for r in fits:
-        engine.abort_request(r[0])
+    fits = fitting(engine, workload)
     assert run(engine, fits, arrivals[:len(fits)]) == {r[0]: solo(False, r) for r in fits}

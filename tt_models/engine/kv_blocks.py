@@ -40,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tt_models.engine.prefix_cache import PrefixCache
+from tt_models.engine.prefix_cache import PrefixCache, block_keys
 
 NULL_BLOCK = 0  # what a sliding group's table holds for a dropped block (the model's page table)
 _DROPPED = -1  # a dropped entry in the manager's tables (block ids of either pool are >= 0)
@@ -89,7 +89,7 @@ class _Seq:
     tables: list[list[int]]  # one per KV-cache group
     dropped: list[int] = field(default_factory=list)  # each group's leading dropped entries
     num_dropped: int = 0
-    keys: list[bytes] | None = None  # its prompt's full-block keys, when it takes part in prefix caching
+    keys: list[bytes] | None = None  # its full blocks' keys (its prompt's, then its output's), in prefix caching
     num_keyed: int = 0  # its leading blocks that are cached (hits, or registered by cache_computed)
 
     @property
@@ -244,13 +244,18 @@ class KVBlockManager:
                                       keys=None if keys is None else list(keys), num_keyed=len(hits))
         return len(hits) * self.block_size
 
-    def cache_computed(self, seq_id: int, num_computed: int) -> None:
+    def cache_computed(self, seq_id: int, num_computed: int, token_ids: Sequence[int] | None = None) -> None:
         """The sequence's first ``num_computed`` tokens are in its blocks: its full prompt blocks among them can be
-        found by their keys (a sequence allocated without keys: nothing)."""
+        found by their keys, and with its ``token_ids`` (prompt and output) its full blocks past the prompt's (a
+        sequence allocated without keys: nothing)."""
         seq = self._seq(seq_id)
         if seq.keys is None:
             return
-        full = min(len(seq.keys), num_computed // self.block_size)
+        full, size = num_computed // self.block_size, self.block_size
+        if token_ids is not None and full > len(seq.keys):
+            seq.keys += block_keys(token_ids[len(seq.keys) * size:full * size], size,
+                                   parent=seq.keys[-1] if seq.keys else b"")
+        full = min(len(seq.keys), full)
         for i in range(seq.num_keyed, full):
             self.prefix_cache.register(seq.keys[i], seq.table[i])
         seq.num_keyed = max(seq.num_keyed, full)

@@ -5,7 +5,8 @@ A block's key is the SHA-256 of its parent block's key and its own token ids (vL
 Python's ``hash``, whose collisions another user's prompt could be built to hit), so a key names the whole prefix up
 to the block's end. A request whose prompt starts with cached blocks takes them (their reference counts go up) and
 prefills from the first block not cached. A computed block is registered once its prefill step has run (never while
-a step still writes it: another request in the same step would read it unwritten). A cached block whose last holder
+a step still writes it: another request in the same step would read it unwritten), and the full blocks of generated
+tokens when the sequence ends, so that the next turn of a chat, whose prompt holds this one's answer, finds them. A cached block whose last holder
 lets go stays free with its key: it is reused last (:class:`KVBlockManager`'s free list is least recently freed
 first), and taking it for anything else forgets its key.
 """
@@ -18,10 +19,11 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def block_keys(token_ids: Sequence[int], block_size: int) -> list[bytes]:
-    """The key of each full block of ``token_ids``: each chained to the one before it."""
+def block_keys(token_ids: Sequence[int], block_size: int, parent: bytes = b"") -> list[bytes]:
+    """The key of each full block of ``token_ids``: each chained to the one before it, the first to ``parent`` (the
+    key of the block before them; none: they start the sequence)."""
     tokens = np.asarray(token_ids, dtype=np.int64)
-    keys, parent = [], b""
+    keys = []
     for start in range(0, len(tokens) - block_size + 1, block_size):
         parent = hashlib.sha256(parent + tokens[start:start + block_size].tobytes()).digest()
         keys.append(parent)

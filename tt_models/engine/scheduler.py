@@ -26,7 +26,8 @@ As TT vLLM's runner does, a step is all prefill or all decode, never mixed. The 
 
 With prefix caching (on unless the model has sliding-window layers or preemption is by swapping), a single-sequence
 decoder request is admitted with the cached blocks of its prompt's longest cached prefix and prefills from the first
-block after them (``tt_models.engine.prefix_cache``); a prefill step's computed prompt blocks are cached after it runs.
+block after them (``tt_models.engine.prefix_cache``); a prefill step's computed prompt blocks are cached after it runs,
+and a sequence's computed blocks past its prompt when it ends.
 
 A sequence that must write into a last block it shares with a sibling (``n > 1``) gets a block of its own
 (copy-on-write); instead of copying the block, which the model contract has no call for, the engine
@@ -164,8 +165,13 @@ class Scheduler:
             self.kvs[seq.request.replica].cache_computed(seq.seq_id, seq.num_computed)
 
     def free_seq(self, seq: Sequence) -> None:
-        """A finished sequence gives back its self blocks at once."""
-        self.kvs[seq.request.replica].free(seq.seq_id)
+        """A finished sequence gives back its self blocks at once, its computed ones cached."""
+        self._free(self.kvs[seq.request.replica], seq)
+
+    def _free(self, kv: KVBlockManager, seq: Sequence) -> None:
+        if self.prefix_caching:
+            kv.cache_computed(seq.seq_id, seq.num_computed, seq.token_ids)
+        kv.free(seq.seq_id)
 
     def finish(self, request: Request) -> None:
         """All sequences of ``request`` are done (or it is aborted): give back every block it holds."""
@@ -178,7 +184,7 @@ class Scheduler:
         kv = self.kvs[request.replica]
         if request.status is not RequestStatus.WAITING:
             for seq in request.live_seqs:
-                kv.free(seq.seq_id)
+                self._free(kv, seq)
         if kv.has_cross(request.request_id):  # a waiting request holds none, or reserved ones
             kv.free_cross(request.request_id)
         request.status = RequestStatus.FINISHED
