@@ -116,7 +116,8 @@ class EngineConfig:
     ``supports_sample_on_device``): the device hands back 32 tokens instead of ``[32, V]`` logits.
     ``enable_prefix_caching``: a prompt starting with the tokens of cached full blocks takes their K/V instead of
     computing it (vLLM's automatic prefix caching, on by default as there; ``tt_models.engine.prefix_cache``); off
-    where the model has sliding-window layers kept apart, or with ``preemption_mode="swap"``.
+    for a model that does not declare ``supports_prefix_caching`` (as under TT vLLM), where the model has
+    sliding-window layers kept apart, and with ``preemption_mode="swap"``.
     ``free_out_of_window_blocks``: a model with sliding-window layers keeps a block table per KV-cache group, its
     sliding layers' holding only their window (as vLLM's hybrid KV cache manager; ``docs/engine.md``); off, every
     layer keeps every block of its request.

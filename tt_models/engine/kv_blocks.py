@@ -225,8 +225,8 @@ class KVBlockManager:
         if keys is not None and (len(seq_ids) > 1 or encoder_len or reserved):
             raise ValueError(f"request {request_id!r}: prefix caching takes a single sequence without an encoder")
         hits = self._hits(keys, prompt_len)
-        need = self._allocate_cost(prompt_len, None if reserved else encoder_len) - self.num_held_hits(keys or (),
-                                                                                                    prompt_len)
+        held = sum(self._device.refs[block] > 0 for block in hits)  # (they take no free block)
+        need = self._allocate_cost(prompt_len, None if reserved else encoder_len) - held
         if need > self.num_free_blocks:
             raise RuntimeError(f"allocate {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
         for block in hits:  # (before any take: a free cached block taken for other tokens would be forgotten)

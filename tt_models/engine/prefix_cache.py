@@ -6,9 +6,9 @@ Python's ``hash``, whose collisions another user's prompt could be built to hit)
 to the block's end. A request whose prompt starts with cached blocks takes them (their reference counts go up) and
 prefills from the first block not cached. A computed block is registered once its prefill step has run (never while
 a step still writes it: another request in the same step would read it unwritten), and the full blocks of generated
-tokens when the sequence ends, so that the next turn of a chat, whose prompt holds this one's answer, finds them. A cached block whose last holder
-lets go stays free with its key: it is reused last (:class:`KVBlockManager`'s free list is least recently freed
-first), and taking it for anything else forgets its key.
+tokens when the sequence ends, so that the next turn of a chat, whose prompt holds this one's answer, finds them. A
+cached block whose last holder lets go stays free with its key: it is reused last (:class:`KVBlockManager`'s free list
+is least recently freed first), and taking it for anything else forgets its key.
 """
 
 from __future__ import annotations
@@ -36,9 +36,6 @@ class PrefixCache:
     def __init__(self) -> None:
         self._block_of: dict[bytes, int] = {}
         self._key_of: dict[int, bytes] = {}
-
-    def __len__(self) -> int:
-        return len(self._block_of)
 
     def hits(self, keys: Sequence[bytes], max_blocks: int) -> list[int]:
         """The cached blocks holding the longest prefix of ``keys``, at most ``max_blocks``."""
