@@ -197,8 +197,11 @@ class KVBlockManager:
     def num_held_hits(self, keys: Sequence[bytes], prompt_len: int) -> int:
         """The cached blocks a prompt of ``prompt_len`` tokens with block ``keys`` would take that requests hold
         already: :meth:`allocate` takes that many fewer free blocks."""
+        return self._held(self._hits(keys, prompt_len))
+
+    def _held(self, blocks: list[int]) -> int:
         refs = self._device.refs
-        return sum(refs[block] > 0 for block in self._hits(keys, prompt_len))
+        return sum(refs[block] > 0 for block in blocks)
 
     def _hits(self, keys: Sequence[bytes] | None, prompt_len: int) -> list[int]:
         """The cached blocks of the prompt's longest cached prefix, less its last token (its logits are computed)."""
@@ -225,8 +228,7 @@ class KVBlockManager:
         if keys is not None and (len(seq_ids) > 1 or encoder_len or reserved):
             raise ValueError(f"request {request_id!r}: prefix caching takes a single sequence without an encoder")
         hits = self._hits(keys, prompt_len)
-        held = sum(self._device.refs[block] > 0 for block in hits)  # (they take no free block)
-        need = self._allocate_cost(prompt_len, None if reserved else encoder_len) - held
+        need = self._allocate_cost(prompt_len, None if reserved else encoder_len) - self._held(hits)
         if need > self.num_free_blocks:
             raise RuntimeError(f"allocate {request_id!r}: needs {need} blocks, {self.num_free_blocks} free")
         for block in hits:  # (before any take: a free cached block taken for other tokens would be forgotten)
